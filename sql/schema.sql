@@ -1,0 +1,113 @@
+-- SPDX-License-Identifier: MIT
+-- fleetq trace schema, version 1. Table and column names are the contract
+-- users' queries rely on; docs/schema.md documents every column.
+-- Times are nanoseconds: *_ts_ns / ts_ns on the node's CLOCK_REALTIME scale
+-- (see meta.clock_source), durations dur_ns.
+
+CREATE TABLE IF NOT EXISTS meta (
+	key   TEXT PRIMARY KEY,
+	value
+) WITHOUT ROWID;
+
+-- One row per traced process (exec or first sighting), updated on exit.
+CREATE TABLE IF NOT EXISTS processes (
+	pid        INTEGER NOT NULL,
+	start_ns   INTEGER NOT NULL,
+	exit_ns    INTEGER,
+	exit_code  INTEGER,
+	ppid       INTEGER,
+	comm       TEXT,
+	cmdline    TEXT,
+	cgroup     TEXT,
+	cgroup_id  INTEGER,
+	rank       INTEGER,      -- RANK from the environment, if set
+	local_rank INTEGER,
+	world_size INTEGER,
+	job_id     TEXT,         -- SLURM_JOB_ID (or similar), if set
+	PRIMARY KEY (pid, start_ns)
+);
+
+-- Communicator lifecycle: one row per ncclCommInit*/ncclCommSplit call.
+CREATE TABLE IF NOT EXISTS comms (
+	ts_ns       INTEGER NOT NULL,
+	dur_ns      INTEGER,
+	pid         INTEGER NOT NULL,
+	tid         INTEGER NOT NULL,
+	comm_ptr    INTEGER,     -- ncclComm_t value in the process
+	comm_hash   TEXT,        -- 16 hex digits over the full 128-byte ncclUniqueId
+	rank        INTEGER,
+	nranks      INTEGER,
+	fn          TEXT,        -- ncclCommInitRank, ncclCommInitRankConfig, ...
+	ret         INTEGER,
+	destroyed_ns INTEGER
+);
+
+-- One row per NCCL collective or p2p call (enqueue: see docs/schema.md).
+CREATE TABLE IF NOT EXISTS collectives (
+	ts_ns     INTEGER NOT NULL, -- entry time
+	dur_ns    INTEGER NOT NULL, -- entry to return
+	pid       INTEGER NOT NULL,
+	tid       INTEGER NOT NULL,
+	comm_ptr  INTEGER,
+	comm_hash TEXT,
+	rank      INTEGER,
+	nranks    INTEGER,
+	seq       INTEGER,          -- per-communicator sequence number, from 0
+	op        TEXT,             -- AllReduce, AllGather, ..., Send, Recv
+	count     INTEGER,
+	bytes     INTEGER,
+	datatype  TEXT,
+	redop     TEXT,
+	peer      INTEGER,          -- Send/Recv/Broadcast root/Reduce root, else NULL
+	stream    INTEGER,
+	busy_ns   INTEGER,          -- issuing thread's on-CPU time since its previous collective on this comm
+	ret       INTEGER
+);
+CREATE INDEX IF NOT EXISTS collectives_comm_seq ON collectives (comm_hash, seq);
+CREATE INDEX IF NOT EXISTS collectives_ts ON collectives (ts_ns);
+
+-- libcudart / libcuda calls: launch, memcpy*, *Synchronize, malloc/free.
+CREATE TABLE IF NOT EXISTS cuda_calls (
+	ts_ns  INTEGER NOT NULL,
+	dur_ns INTEGER NOT NULL,
+	pid    INTEGER NOT NULL,
+	tid    INTEGER NOT NULL,
+	api    TEXT NOT NULL,   -- cudaStreamSynchronize, cuLaunchKernel, ...
+	kind   TEXT NOT NULL,   -- launch | memcpy | sync | malloc | free
+	bytes  INTEGER,
+	stream INTEGER,
+	ret    INTEGER
+);
+CREATE INDEX IF NOT EXISTS cuda_calls_ts ON cuda_calls (ts_ns);
+
+-- Off-CPU intervals of threads of traced processes.
+CREATE TABLE IF NOT EXISTS offcpu (
+	ts_ns  INTEGER NOT NULL, -- switched out
+	dur_ns INTEGER NOT NULL, -- until switched back in
+	pid    INTEGER NOT NULL,
+	tid    INTEGER NOT NULL,
+	reason TEXT NOT NULL     -- preempted | blocked
+);
+CREATE INDEX IF NOT EXISTS offcpu_ts ON offcpu (ts_ns);
+
+CREATE TABLE IF NOT EXISTS tcp_retransmits (
+	ts_ns INTEGER NOT NULL,
+	pid   INTEGER,           -- NULL when not attributable
+	saddr TEXT,
+	sport INTEGER,
+	daddr TEXT,
+	dport INTEGER,
+	state TEXT
+);
+CREATE INDEX IF NOT EXISTS tcp_retransmits_ts ON tcp_retransmits (ts_ns);
+
+-- InfiniBand port counters, one row per counter per poll.
+CREATE TABLE IF NOT EXISTS ib_counters (
+	ts_ns   INTEGER NOT NULL,
+	device  TEXT NOT NULL,
+	port    INTEGER NOT NULL,
+	counter TEXT NOT NULL,
+	value   INTEGER NOT NULL,
+	delta   INTEGER           -- since the previous poll, NULL on the first
+);
+CREATE INDEX IF NOT EXISTS ib_counters_ts ON ib_counters (ts_ns);
