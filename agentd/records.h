@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Decoded trace records, one struct per table of sql/schema.sql. The tracer
+ * (agentd/trace.c) fills them from BPF events; the store (agentd/store.c)
+ * writes them. Strings are copied by the store before store_put() returns.
+ * An int64 field set to REC_NULL is stored as SQL NULL.
+ */
+#ifndef FLEETQ_AGENTD_RECORDS_H
+#define FLEETQ_AGENTD_RECORDS_H
+
+#include <stdint.h>
+
+#define REC_NULL INT64_MIN
+
+enum rec_kind {
+	REC_PROCESS = 1, /* insert, or update exit_ns/exit_code of (pid, start_ns) */
+	REC_COMM,
+	REC_COMM_DESTROY, /* sets destroyed_ns of the newest comms row of (pid, comm_ptr) */
+	REC_COLLECTIVE,
+	REC_CUDA,
+	REC_OFFCPU,
+	REC_TCP,
+	REC_IB,
+};
+
+struct rec_process {
+	int64_t pid, start_ns, exit_ns, exit_code, ppid;
+	const char *comm, *cmdline, *cgroup;
+	int64_t cgroup_id, rank, local_rank, world_size;
+	const char *job_id;
+};
+
+struct rec_comm {
+	int64_t ts_ns, dur_ns, pid, tid, comm_ptr;
+	char comm_hash[17];
+	int64_t rank, nranks;
+	const char *fn;
+	int64_t ret;
+};
+
+struct rec_comm_destroy {
+	int64_t ts_ns, pid, comm_ptr;
+};
+
+struct rec_collective {
+	int64_t ts_ns, dur_ns, pid, tid, comm_ptr;
+	char comm_hash[17];
+	int64_t rank, nranks, seq;
+	const char *op;
+	int64_t count, bytes;
+	const char *datatype, *redop;
+	int64_t peer, stream, busy_ns, ret;
+};
+
+struct rec_cuda {
+	int64_t ts_ns, dur_ns, pid, tid;
+	const char *api, *kind;
+	int64_t bytes, stream, ret;
+};
+
+struct rec_offcpu {
+	int64_t ts_ns, dur_ns, pid, tid;
+	const char *reason;
+};
+
+struct rec_tcp {
+	int64_t ts_ns, pid;
+	const char *saddr;
+	int64_t sport;
+	const char *daddr;
+	int64_t dport;
+	const char *state;
+};
+
+struct rec_ib {
+	int64_t ts_ns;
+	const char *device;
+	int64_t port;
+	const char *counter;
+	int64_t value, delta;
+};
+
+struct rec {
+	int kind; /* enum rec_kind */
+	union {
+		struct rec_process process;
+		struct rec_comm comm;
+		struct rec_comm_destroy comm_destroy;
+		struct rec_collective collective;
+		struct rec_cuda cuda;
+		struct rec_offcpu offcpu;
+		struct rec_tcp tcp;
+		struct rec_ib ib;
+	} u;
+};
+
+#endif

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sql/: what both sides do with SQLite — the statistics functions users type
+ * (median, percentile, mad, p50..p999, robust_z), the trace schema, and the
+ * read-only guard agentd runs every query behind.
+ */
+#ifndef FLEETQ_FQSQL_H
+#define FLEETQ_FQSQL_H
+
+#include <stdint.h>
+#include <sqlite3.h>
+
+#define FQSQL_SCHEMA_VERSION 1
+
+/* Registers median(x), percentile(x, p), p50/p90/p95/p99/p999(x), mad(x),
+ * robust_z(x, median, mad) and friends on db. Returns 0 or -errno. */
+int fqsql_register(sqlite3 *db);
+
+/* Creates (IF NOT EXISTS) the trace schema and records schema_version in meta. */
+int fqsql_schema_apply(sqlite3 *db, char **cause);
+extern const char fqsql_schema_sql[]; /* sql/schema.sql, embedded at build time */
+
+struct fqsql_limits {
+	int64_t max_length;   /* largest string/blob a query may make (SQLITE_LIMIT_LENGTH) */
+	int64_t heap_limit;   /* process-wide sqlite3_hard_heap_limit64, 0 = leave */
+	int max_vdbe_op;      /* 0 = default */
+};
+
+/*
+ * Opens path for queries that can only read: SQLITE_OPEN_READONLY, query_only,
+ * defensive mode, no extension loading, no ATTACH (limit 0), and an authorizer
+ * that denies writes, ATTACH/DETACH, PRAGMA other than a read-only allow-list,
+ * and functions that touch files or load code. fqsql_register() is applied.
+ * Works on a file another process is writing in WAL mode.
+ * Returns 0, or -errno with *cause (caller frees) naming the file and the fix.
+ */
+int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite3 **db,
+			char **cause);
+
+/*
+ * Prepares exactly one statement; more than one (anything but whitespace and
+ * comments after the first) is refused. Returns 0, -EACCES when the
+ * authorizer denied it (the cause says what), -EINVAL for SQL errors.
+ */
+int fqsql_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, char **cause);
+
+/* Interrupts the running statement once CLOCK_MONOTONIC passes deadline_ns
+ * (0 clears). sqlite3_step then fails with SQLITE_INTERRUPT. */
+void fqsql_set_deadline(sqlite3 *db, int64_t deadline_ns);
+/* True when the last SQLITE_INTERRUPT on db came from the deadline. */
+int fqsql_deadline_passed(sqlite3 *db);
+
+void fqsql_close(sqlite3 *db);
+
+#endif
