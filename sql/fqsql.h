@@ -16,6 +16,19 @@
  * robust_z(x, median, mad) and friends on db. Returns 0 or -errno. */
 int fqsql_register(sqlite3 *db);
 
+/*
+ * Definitions (docs/schema.md has them in full): percentile(x, p) is numpy's
+ * default 'linear' method, p in [0, 100]; median = percentile 50; p999 = 99.9;
+ * mad(x) = median(|x - median(x)|), unscaled. All skip NULLs, return NULL for
+ * no values, and also work as window functions.
+ * robust_z(x, median, mad) = FQSQL_Z_K * (x - median) / mad, clamped to
+ * +-FQSQL_Z_CAP. When mad == 0: 0 if x == median, else +-FQSQL_Z_CAP (more than
+ * half the ranks agree exactly, so one that differs is as far out as it gets).
+ * NULL if any argument is NULL; an error if mad < 0.
+ */
+#define FQSQL_Z_K 0.6745
+#define FQSQL_Z_CAP 1e9
+
 /* Creates (IF NOT EXISTS) the trace schema and records schema_version in meta. */
 int fqsql_schema_apply(sqlite3 *db, char **cause);
 extern const char fqsql_schema_sql[]; /* sql/schema.sql, embedded at build time */
@@ -25,6 +38,10 @@ struct fqsql_limits {
 	int64_t heap_limit;   /* process-wide sqlite3_hard_heap_limit64, 0 = leave */
 	int max_vdbe_op;      /* 0 = default */
 };
+
+/* Used when lim is NULL or a field is 0 */
+#define FQSQL_DEFAULT_MAX_LENGTH (64 << 20)
+#define FQSQL_MAX_SQL_LENGTH (1 << 20)
 
 /*
  * Opens path for queries that can only read: SQLITE_OPEN_READONLY, query_only,
@@ -49,6 +66,14 @@ int fqsql_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, char **cause)
 void fqsql_set_deadline(sqlite3 *db, int64_t deadline_ns);
 /* True when the last SQLITE_INTERRUPT on db came from the deadline. */
 int fqsql_deadline_passed(sqlite3 *db);
+
+/*
+ * Turns a failed sqlite3_step() (rc) on db into -errno and a one-line *cause
+ * (caller frees): -ETIMEDOUT past the deadline, -E2BIG over the length limit,
+ * -ENOMEM over the heap limit, -EACCES denied by the authorizer (e.g. a
+ * pragma_* table that would change a setting), -EIO otherwise.
+ */
+int fqsql_step_cause(sqlite3 *db, int rc, char **cause);
 
 void fqsql_close(sqlite3 *db);
 
