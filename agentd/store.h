@@ -26,6 +26,7 @@ struct store_stats {
 	int64_t drops;        /* records dropped (queue full, write failure) */
 	int64_t lag_ns;       /* age of the oldest record not yet committed, 0 if none */
 	int64_t write_errors; /* failed commits (e.g. disk full); writing resumes when possible */
+	int64_t retained;     /* rows deleted by retention (age or size) */
 };
 
 struct store;
@@ -40,6 +41,11 @@ int store_set_meta_text(struct store *s, const char *key, const char *v);
 void store_get_stats(struct store *s, struct store_stats *st);
 /* Blocks until everything queued before the call is committed. */
 int store_flush(struct store *s);
+/*
+ * Runs a retention pass now (the writer also runs one every ~10 s) and waits
+ * for it: deletes what retain_age_s / retain_bytes say must go. 0 or -errno.
+ */
+int store_retain_now(struct store *s);
 /* Flushes, stops the writer, closes. NULL is fine. */
 void store_close(struct store *s);
 

@@ -19,6 +19,12 @@
 #define WIRE_FRAME_MAX (16u << 20)
 /* Encoders close a ROWS frame once it holds this many payload bytes. */
 #define WIRE_ROWS_TARGET (64u << 10)
+/* Deepest msgpack nesting a decoder accepts (v1 frames use 4 levels). */
+#define WIRE_DEPTH_MAX 32
+/* Decoder caps on counts whose decoded form is larger than their bytes. */
+#define WIRE_COLUMNS_MAX 32767 /* SQLite's own hard column cap */
+#define WIRE_PARAMS_MAX 32766  /* SQLite's default SQLITE_MAX_VARIABLE_NUMBER */
+#define WIRE_PEERS_MAX 65536
 
 /* Frame types, in numbered ranges: 1xx session control, 2xx query. */
 enum wire_type {
@@ -102,7 +108,8 @@ struct wire_query {
 	int64_t timeout_ms;   /* 0 = agent default */
 	/* Relay (tree fan-out): when npeers > 0 the agent forwards the query to
 	 * these "host:port" peers and streams their rows too. Reserved in v1:
-	 * agents that do not relay answer ERROR WIRE_E_PROTO. */
+	 * agents that do not relay answer END with status WIRE_E_PROTO (the
+	 * session stays usable; see PROTOCOL.md "Relay"). */
 	size_t npeers;
 	const char *const *peers;
 };
@@ -114,6 +121,9 @@ struct wire_end {
 	int64_t elapsed_ns;
 	int truncated;       /* 1 when a limit cut the result short */
 	const char *message; /* NULL or text for non-OK status */
+	/* Relay: the leaf this END reports on; NULL for the answering agent's
+	 * own, final END. (Added after the first draft; zero-init keeps it NULL.) */
+	const char *node;
 };
 
 struct wire_error {
@@ -148,6 +158,7 @@ struct wire_rows {
 	size_t ncols;
 	uint32_t nrows;
 	size_t col;    /* values added to the current row */
+	size_t row_start; /* offset of the current row, to take it back */
 };
 int wire_rows_begin(struct wire_rows *w, struct wire_buf *out, size_t ncols);
 int wire_rows_add(struct wire_rows *w, const struct wire_value *row); /* ncols values */
@@ -155,6 +166,13 @@ int wire_rows_add(struct wire_rows *w, const struct wire_value *row); /* ncols v
 int wire_rows_put(struct wire_rows *w, const struct wire_value *v);
 size_t wire_rows_bytes(const struct wire_rows *w);
 int wire_rows_finish(struct wire_rows *w); /* a batch of 0 rows is removed */
+/*
+ * Errors of the ROWS calls: -EINVAL for a bad value type, ncols == 0, or
+ * wire_rows_add() in the middle of a wire_rows_put() row; -ENOMEM; -EMSGSIZE
+ * when a row cannot fit one frame: that row is taken back out and the frame
+ * stays valid (callers finish it and end the query with WIRE_E_BYTES).
+ * wire_rows_finish() with a half-built row drops the frame and says -EINVAL.
+ */
 
 /* ---- decoding ---- */
 
@@ -164,6 +182,15 @@ int wire_rows_finish(struct wire_rows *w); /* a batch of 0 rows is removed */
  * -EMSGSIZE when the announced payload exceeds max_payload (<= WIRE_FRAME_MAX).
  */
 int wire_frame_check(const void *buf, size_t avail, size_t max_payload, size_t *frame_len);
+
+/*
+ * The validating pre-pass on its own: checks that [buf, buf+len) is exactly
+ * one well-formed msgpack object whose every array/map/str/bin/ext count fits
+ * the bytes left, nested at most WIRE_DEPTH_MAX deep. Only after it succeeds
+ * may bytes go to an allocating unpacker such as msgpack-c's. Returns 0 or
+ * -EPROTO with *cause set (caller frees; *cause must be NULL on entry).
+ */
+int wire_validate(const void *buf, size_t len, char **cause);
 
 /*
  * A decoded frame. Strings and values point into the frame bytes handed to
@@ -197,6 +224,14 @@ struct wire_msg {
  * *cause set to a one-line reason (caller frees). A version other than
  * WIRE_VERSION decodes only far enough to fill msg->version and msg->type and
  * returns -EPROTONOSUPPORT.
+ *
+ * -EPROTO: the bytes are not a frame (bad length, bad msgpack, not
+ * [version, type, body], unknown type); -EBADMSG: a well-formed frame whose
+ * body has the wrong shape (missing key, wrong type, row length mismatch);
+ * -EMSGSIZE: payload over WIRE_FRAME_MAX. On any error msg holds only
+ * version and type (when they could be read) and needs no release; calling
+ * wire_msg_release() on it is harmless. A ROWS frame is checked whole here,
+ * so a frame is accepted or refused as a unit.
  */
 int wire_decode(struct wire_msg *msg, const void *frame, size_t frame_len, char **cause);
 
