@@ -1,0 +1,23 @@
+# SPDX-License-Identifier: MIT
+# agentd_trace: the eBPF tracer (trace.c), discovery and probe tables, on top of the store.
+# Included by agentd/CMakeLists.txt; tests in tests/trace/.
+include_guard(GLOBAL)
+
+if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/store.cmake)
+  include(${CMAKE_CURRENT_LIST_DIR}/store.cmake)
+endif()
+
+if(FLEETQ_BPF)
+  pkg_check_modules(LIBBPF REQUIRED IMPORTED_TARGET libbpf)
+  pkg_check_modules(LIBELF REQUIRED IMPORTED_TARGET libelf)
+  pkg_check_modules(ZLIB REQUIRED IMPORTED_TARGET zlib)
+  # fleetq_bpf / fleetq_bpf_skels come from bpf/, which the top level adds after agentd/
+  add_library(agentd_trace STATIC
+    ${CMAKE_CURRENT_LIST_DIR}/trace.c
+    ${CMAKE_CURRENT_LIST_DIR}/discover.c
+    ${CMAKE_CURRENT_LIST_DIR}/probe.c)
+  target_include_directories(agentd_trace PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+  add_dependencies(agentd_trace fleetq_bpf_skels)
+  target_link_libraries(agentd_trace PUBLIC agentd_store fleetq_bpf PkgConfig::LIBBPF
+                        PkgConfig::LIBELF PkgConfig::ZLIB Threads::Threads)
+endif()

@@ -1,0 +1,567 @@
+// SPDX-License-Identifier: GPL-2.0 OR MIT
+/*
+ * fleetq kernel side: NCCL / CUDA uprobes, sched_switch off-CPU and on-CPU
+ * accounting, tcp retransmits, process exec/exit. Everything goes to user
+ * space through one ring buffer; a failed reserve is counted in `drops`.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "fqtrace.h"
+
+#define TASK_RUNNING 0
+#define SIGNAL_GROUP_EXIT 0x00000004
+
+/* kernels before 5.14 name it `state` */
+struct task_struct___old {
+	long state;
+} __attribute__((preserve_access_index));
+
+const volatile bool scoped = false;       /* only tasks under scope_cg[0] */
+const volatile bool use_tai = false;      /* bpf_ktime_get_tai_ns() exists */
+const volatile uint64_t min_offcpu_ns = 10000;
+const volatile bool trace_sched = true;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20); /* resized by the loader */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, uint32_t);
+	__type(value, uint64_t);
+} drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, uint32_t);
+	__type(value, uint32_t);
+} scope_cg SEC(".maps");
+
+/* tgids whose threads sched_switch follows; user space adds discovered ones */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, uint32_t);
+	__type(value, uint8_t);
+} traced SEC(".maps");
+
+struct inflight {
+	uint64_t ts;
+	uint64_t cookie;
+	uint64_t comm;
+	uint64_t count;
+	uint64_t stream;
+	uint64_t oncpu;
+	int32_t dtype;
+	int32_t redop;
+	int32_t peer;
+	uint32_t depth; /* nested probed calls on the same thread: only the outermost counts */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, uint64_t); /* pid_tgid */
+	__type(value, struct inflight);
+} nccl_calls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, uint64_t);
+	__type(value, struct inflight);
+} cuda_calls SEC(".maps");
+
+struct init_args {
+	uint64_t ts;
+	uint64_t cookie;
+	uint64_t outp;
+	uint64_t parent;
+	int32_t rank;
+	int32_t nranks;
+	int32_t color;
+	uint32_t has_id;
+	uint32_t depth;
+	uint32_t pad;
+	uint8_t id[FQ_UNIQUE_ID_BYTES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, uint64_t);
+	__type(value, struct init_args);
+} inits SEC(".maps");
+
+struct cpu_acct {
+	uint64_t on_ts; /* switched in at, 0 while off CPU */
+	uint64_t total; /* cumulative on-CPU ns seen */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, uint32_t); /* tid */
+	__type(value, struct cpu_acct);
+} oncpu SEC(".maps");
+
+struct off_start {
+	uint64_t ts;
+	uint32_t preempted;
+	uint32_t pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, uint32_t);
+	__type(value, struct off_start);
+} offstart SEC(".maps");
+
+static __always_inline uint64_t now_ns(void)
+{
+	if (use_tai)
+		return bpf_ktime_get_tai_ns();
+	return bpf_ktime_get_ns();
+}
+
+static __always_inline void *reserve(uint64_t size)
+{
+	void *e = bpf_ringbuf_reserve(&events, size, 0);
+
+	if (!e) {
+		uint32_t zero = 0;
+		uint64_t *d = bpf_map_lookup_elem(&drops, &zero);
+
+		if (d)
+			*d += 1;
+	}
+	return e;
+}
+
+static __always_inline void fill_hdr(struct fq_ev_hdr *h, uint32_t type, uint64_t pid_tgid,
+				     uint32_t fn, uint64_t ts)
+{
+	h->type = type;
+	h->pid = pid_tgid >> 32;
+	h->tid = (uint32_t)pid_tgid;
+	h->fn = fn;
+	h->ts = ts;
+}
+
+/*
+ * True if the calling process is one we trace. A process that passes the
+ * cgroup test once is remembered in `traced` so sched_switch follows it and
+ * later hits skip the cgroup walk.
+ */
+static __always_inline bool want_current(uint32_t tgid)
+{
+	uint8_t one = 1;
+
+	if (bpf_map_lookup_elem(&traced, &tgid))
+		return true;
+	if (scoped && bpf_current_task_under_cgroup(&scope_cg, 0) != 1)
+		return false;
+	bpf_map_update_elem(&traced, &tgid, &one, BPF_NOEXIST);
+	return true;
+}
+
+static __always_inline uint64_t arg_at(struct pt_regs *ctx, unsigned int n)
+{
+	uint64_t v = 0;
+
+	switch (n) {
+	case 1: return PT_REGS_PARM1(ctx);
+	case 2: return PT_REGS_PARM2(ctx);
+	case 3: return PT_REGS_PARM3(ctx);
+	case 4: return PT_REGS_PARM4(ctx);
+	case 5: return PT_REGS_PARM5(ctx);
+	case 6: return ctx->r9;
+	case 7:
+	case 8:
+	case 9:
+	case 10:
+		/* at function entry [sp] is the return address, then args 7, 8, ... */
+		bpf_probe_read_user(&v, sizeof(v), (void *)(PT_REGS_SP(ctx) + 8 * (n - 6)));
+		return v;
+	}
+	return 0;
+}
+
+/* The thread's on-CPU ns so far; it is running now, so count the current slice. */
+static __always_inline uint64_t oncpu_now(uint32_t tid, uint64_t ts)
+{
+	struct cpu_acct *a = bpf_map_lookup_elem(&oncpu, &tid);
+	struct cpu_acct n = { .on_ts = ts };
+
+	if (!a) {
+		bpf_map_update_elem(&oncpu, &tid, &n, BPF_NOEXIST);
+		return 0;
+	}
+	if (a->on_ts && ts > a->on_ts)
+		return a->total + (ts - a->on_ts);
+	return a->total;
+}
+
+static __always_inline int call_entry(struct pt_regs *ctx, void *map, bool nccl)
+{
+	uint64_t ck = bpf_get_attach_cookie(ctx);
+	uint64_t id = bpf_get_current_pid_tgid();
+	struct inflight *f, n = {};
+	unsigned int p;
+
+	if (FQ_CK_KIND(ck) != FQ_K_CALIB && !want_current(id >> 32))
+		return 0;
+	f = bpf_map_lookup_elem(map, &id);
+	if (f) {
+		f->depth++;
+		return 0;
+	}
+	n.cookie = ck;
+	n.peer = -1;
+	n.dtype = -1;
+	n.redop = -1;
+	if ((p = FQ_CK_POS(ck, FQ_CK_COMM)))
+		n.comm = arg_at(ctx, p);
+	if ((p = FQ_CK_POS(ck, FQ_CK_COUNT)))
+		n.count = arg_at(ctx, p);
+	if ((p = FQ_CK_POS(ck, FQ_CK_DTYPE)))
+		n.dtype = (int32_t)arg_at(ctx, p);
+	if ((p = FQ_CK_POS(ck, FQ_CK_REDOP)))
+		n.redop = (int32_t)arg_at(ctx, p);
+	if ((p = FQ_CK_POS(ck, FQ_CK_PEER)))
+		n.peer = (int32_t)arg_at(ctx, p);
+	if ((p = FQ_CK_POS(ck, FQ_CK_STREAM)))
+		n.stream = arg_at(ctx, p);
+	n.ts = now_ns();
+	if (nccl && trace_sched)
+		n.oncpu = oncpu_now((uint32_t)id, n.ts);
+	bpf_map_update_elem(map, &id, &n, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int call_return(struct pt_regs *ctx, void *map, uint32_t type)
+{
+	uint64_t id = bpf_get_current_pid_tgid();
+	struct inflight *f = bpf_map_lookup_elem(map, &id);
+	struct fq_ev_call *e;
+	uint64_t ts;
+
+	if (!f)
+		return 0;
+	if (f->depth) {
+		f->depth--;
+		return 0;
+	}
+	ts = now_ns();
+	e = reserve(sizeof(*e));
+	if (e) {
+		fill_hdr(&e->h, type, id, FQ_CK_FN(f->cookie), f->ts);
+		e->dur = ts - f->ts;
+		e->comm = f->comm;
+		e->count = f->count;
+		e->stream = f->stream;
+		e->oncpu = f->oncpu;
+		e->ret = (int32_t)PT_REGS_RC(ctx);
+		e->dtype = f->dtype;
+		e->redop = f->redop;
+		e->peer = f->peer;
+		e->kind = FQ_CK_KIND(f->cookie);
+		bpf_ringbuf_submit(e, 0);
+	}
+	bpf_map_delete_elem(map, &id);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(nccl_entry)
+{
+	return call_entry(ctx, &nccl_calls, true);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(nccl_return)
+{
+	return call_return(ctx, &nccl_calls, FQ_EV_COLL);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(cuda_entry)
+{
+	return call_entry(ctx, &cuda_calls, false);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(cuda_return)
+{
+	return call_return(ctx, &cuda_calls, FQ_EV_CUDA);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(init_entry)
+{
+	uint64_t ck = bpf_get_attach_cookie(ctx);
+	uint64_t id = bpf_get_current_pid_tgid();
+	struct init_args *f, n = {};
+	unsigned int kind = FQ_CK_KIND(ck);
+	void *idp = NULL;
+
+	if (!want_current(id >> 32))
+		return 0;
+	f = bpf_map_lookup_elem(&inits, &id);
+	if (f) {
+		f->depth++;
+		return 0;
+	}
+	n.cookie = ck;
+	n.rank = -1;
+	n.nranks = -1;
+	switch (kind) {
+	case FQ_K_INIT:
+		n.outp = PT_REGS_PARM1(ctx);
+		n.nranks = (int32_t)PT_REGS_PARM2(ctx);
+		n.rank = (int32_t)PT_REGS_PARM3(ctx);
+		/* ncclUniqueId (128 bytes) is passed by value in memory, above the return address */
+		idp = (void *)(PT_REGS_SP(ctx) + 8);
+		break;
+	case FQ_K_INIT_SCALABLE:
+		n.outp = PT_REGS_PARM1(ctx);
+		n.nranks = (int32_t)PT_REGS_PARM2(ctx);
+		n.rank = (int32_t)PT_REGS_PARM3(ctx);
+		idp = (void *)PT_REGS_PARM5(ctx); /* commIds[0] */
+		break;
+	case FQ_K_INIT_ALL:
+		n.outp = PT_REGS_PARM1(ctx);
+		n.nranks = (int32_t)PT_REGS_PARM2(ctx);
+		break;
+	case FQ_K_SPLIT:
+		n.parent = PT_REGS_PARM1(ctx);
+		n.color = (int32_t)PT_REGS_PARM2(ctx);
+		n.outp = PT_REGS_PARM4(ctx);
+		break;
+	default:
+		return 0;
+	}
+	if (idp && bpf_probe_read_user(n.id, sizeof(n.id), idp) == 0)
+		n.has_id = 1;
+	n.ts = now_ns();
+	bpf_map_update_elem(&inits, &id, &n, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(init_return)
+{
+	uint64_t id = bpf_get_current_pid_tgid();
+	struct init_args *f = bpf_map_lookup_elem(&inits, &id);
+	unsigned int kind, n = 1, i;
+	uint64_t ts;
+
+	if (!f)
+		return 0;
+	if (f->depth) {
+		f->depth--;
+		return 0;
+	}
+	ts = now_ns();
+	kind = FQ_CK_KIND(f->cookie);
+	if (kind == FQ_K_INIT_ALL && f->nranks > 0)
+		n = f->nranks < FQ_INITALL_MAX ? f->nranks : FQ_INITALL_MAX;
+	for (i = 0; i < FQ_INITALL_MAX && i < n; i++) {
+		struct fq_ev_comm *e = reserve(sizeof(*e));
+		uint64_t comm = 0;
+
+		if (!e)
+			break;
+		fill_hdr(&e->h, FQ_EV_COMM, id, FQ_CK_FN(f->cookie), f->ts);
+		e->dur = ts - f->ts;
+		if (f->outp)
+			bpf_probe_read_user(&comm, sizeof(comm), (void *)(f->outp + 8 * i));
+		e->comm = comm;
+		e->parent = f->parent;
+		e->ret = (int32_t)PT_REGS_RC(ctx);
+		e->rank = kind == FQ_K_INIT_ALL ? (int32_t)i : f->rank;
+		e->nranks = f->nranks;
+		e->color = f->color;
+		e->kind = kind;
+		e->has_id = f->has_id;
+		e->pad = 0;
+		__builtin_memcpy(e->id, f->id, sizeof(e->id));
+		bpf_ringbuf_submit(e, 0);
+	}
+	bpf_map_delete_elem(&inits, &id);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(destroy_entry, uint64_t comm)
+{
+	uint64_t id = bpf_get_current_pid_tgid();
+	uint64_t ck = bpf_get_attach_cookie(ctx);
+	struct fq_ev_destroy *e;
+
+	if (!want_current(id >> 32))
+		return 0;
+	e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_hdr(&e->h, FQ_EV_COMM_DESTROY, id, FQ_CK_FN(ck), now_ns());
+	e->comm = comm;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	uint32_t ptgid = BPF_CORE_READ(prev, tgid), ntgid = BPF_CORE_READ(next, tgid);
+	uint32_t ppid = BPF_CORE_READ(prev, pid), npid = BPF_CORE_READ(next, pid);
+	uint64_t ts = 0;
+
+	if (bpf_map_lookup_elem(&traced, &ptgid)) {
+		struct cpu_acct *a = bpf_map_lookup_elem(&oncpu, &ppid);
+		struct off_start s = {};
+		long state;
+
+		ts = now_ns();
+		if (a) {
+			if (a->on_ts && ts > a->on_ts)
+				a->total += ts - a->on_ts;
+			a->on_ts = 0;
+		}
+		if (bpf_core_field_exists(prev->__state))
+			state = BPF_CORE_READ(prev, __state);
+		else
+			state = BPF_CORE_READ((struct task_struct___old *)prev, state);
+		s.ts = ts;
+		s.preempted = preempt || state == TASK_RUNNING;
+		bpf_map_update_elem(&offstart, &ppid, &s, BPF_ANY);
+	}
+	if (bpf_map_lookup_elem(&traced, &ntgid)) {
+		struct off_start *s = bpf_map_lookup_elem(&offstart, &npid);
+		struct cpu_acct *a = bpf_map_lookup_elem(&oncpu, &npid);
+
+		if (!ts)
+			ts = now_ns();
+		if (a) {
+			a->on_ts = ts;
+		} else {
+			struct cpu_acct n = { .on_ts = ts };
+
+			bpf_map_update_elem(&oncpu, &npid, &n, BPF_ANY);
+		}
+		if (s) {
+			uint64_t dur = ts - s->ts;
+
+			if (ts > s->ts && dur >= min_offcpu_ns) {
+				struct fq_ev_offcpu *e = reserve(sizeof(*e));
+
+				if (e) {
+					fill_hdr(&e->h, FQ_EV_OFFCPU,
+						 ((uint64_t)ntgid << 32) | npid, 0, s->ts);
+					e->dur = dur;
+					e->preempted = s->preempted;
+					e->pad = 0;
+					bpf_ringbuf_submit(e, 0);
+				}
+			}
+			bpf_map_delete_elem(&offstart, &npid);
+		}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(proc_exec, struct task_struct *p)
+{
+	uint64_t id = bpf_get_current_pid_tgid();
+	struct fq_ev_proc *e;
+
+	if (scoped && bpf_current_task_under_cgroup(&scope_cg, 0) != 1)
+		return 0;
+	e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_hdr(&e->h, FQ_EV_EXEC, id, 0, now_ns());
+	e->ppid = BPF_CORE_READ(p, real_parent, tgid);
+	e->exit_code = 0;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(proc_exit, struct task_struct *p)
+{
+	uint32_t tgid = BPF_CORE_READ(p, tgid), pid = BPF_CORE_READ(p, pid);
+	uint64_t id = ((uint64_t)tgid << 32) | pid;
+	struct fq_ev_proc *e;
+	int32_t code;
+
+	bpf_map_delete_elem(&oncpu, &pid);
+	bpf_map_delete_elem(&offstart, &pid);
+	bpf_map_delete_elem(&nccl_calls, &id);
+	bpf_map_delete_elem(&cuda_calls, &id);
+	bpf_map_delete_elem(&inits, &id);
+	if (!bpf_map_lookup_elem(&traced, &tgid))
+		return 0;
+	/* the last thread out reports the process */
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	if (BPF_CORE_READ(p, signal, flags) & SIGNAL_GROUP_EXIT)
+		code = BPF_CORE_READ(p, signal, group_exit_code);
+	else
+		code = BPF_CORE_READ(p, exit_code);
+	bpf_map_delete_elem(&traced, &tgid);
+	e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_hdr(&e->h, FQ_EV_EXIT, id, 0, now_ns());
+	e->ppid = BPF_CORE_READ(p, real_parent, tgid);
+	e->exit_code = code;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(tcp_retransmit, const struct sock *sk)
+{
+	uint64_t id = bpf_get_current_pid_tgid();
+	uint32_t tgid = id >> 32;
+	struct fq_ev_tcp *e;
+	uint16_t family;
+
+	if (!sk)
+		return 0;
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if (family != 2 && family != 10) /* AF_INET, AF_INET6 */
+		return 0;
+	e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	/* retransmits mostly fire from timers in softirq: current is a bystander unless traced */
+	if (!bpf_map_lookup_elem(&traced, &tgid))
+		id = 0;
+	fill_hdr(&e->h, FQ_EV_TCP, id, 0, now_ns());
+	e->family = family;
+	e->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	e->dport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	__builtin_memset(e->saddr, 0, sizeof(e->saddr));
+	__builtin_memset(e->daddr, 0, sizeof(e->daddr));
+	if (family == 2) {
+		bpf_core_read(e->saddr, 4, &sk->__sk_common.skc_rcv_saddr);
+		bpf_core_read(e->daddr, 4, &sk->__sk_common.skc_daddr);
+	} else {
+		bpf_core_read(e->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(e->daddr, 16, &sk->__sk_common.skc_v6_daddr);
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

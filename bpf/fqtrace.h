@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Events fqtrace.bpf.c puts in its one ring buffer and agentd/trace.c reads.
+ * Fixed-width types only: this header is compiled for the BPF target and the host.
+ *
+ * Uprobes carry a 64-bit attach cookie that tells the shared entry/return
+ * programs which function they sit on and where its arguments are:
+ *   bits  0..7   function id (enum fq_fn, or an index into trace.c's cuda table)
+ *   bits  8..11  kind (enum fq_kind)
+ *   bits 12..15  argument position of the communicator (1-based, 0: none)
+ *   bits 16..19  ... count / bytes
+ *   bits 20..23  ... datatype
+ *   bits 24..27  ... reduction op
+ *   bits 28..31  ... root / peer
+ *   bits 32..35  ... stream
+ * Positions 1..6 are rdi rsi rdx rcx r8 r9; 7 and 8 are read from the stack.
+ */
+#ifndef FLEETQ_BPF_FQTRACE_H
+#define FLEETQ_BPF_FQTRACE_H
+
+#define FQ_UNIQUE_ID_BYTES 128
+#define FQ_INITALL_MAX 8
+
+enum fq_ev_type {
+	FQ_EV_COLL = 1,
+	FQ_EV_COMM,
+	FQ_EV_COMM_DESTROY,
+	FQ_EV_CUDA,
+	FQ_EV_OFFCPU,
+	FQ_EV_TCP,
+	FQ_EV_EXEC,
+	FQ_EV_EXIT,
+};
+
+enum fq_kind {
+	FQ_K_COLL = 1, /* NCCL collective */
+	FQ_K_P2P,      /* ncclSend / ncclRecv */
+	FQ_K_INIT,     /* ncclCommInitRank(Config): comm out-pointer, nranks, id on the stack, rank */
+	FQ_K_INIT_SCALABLE, /* ncclCommInitRankScalable: id through a pointer (5th arg) */
+	FQ_K_INIT_ALL, /* ncclCommInitAll(comms, ndev, devlist) */
+	FQ_K_SPLIT,    /* ncclCommSplit(comm, color, key, newcomm, config) */
+	FQ_K_DESTROY,  /* ncclCommDestroy / ncclCommAbort */
+	FQ_K_SYNC,
+	FQ_K_LAUNCH,
+	FQ_K_MEMCPY,
+	FQ_K_MALLOC,
+	FQ_K_FREE,
+	FQ_K_CALIB, /* start-up cost measurement: full work, event discarded */
+};
+
+#define FQ_CK_FN(c) ((unsigned)((c) & 0xff))
+#define FQ_CK_KIND(c) ((unsigned)(((c) >> 8) & 0xf))
+#define FQ_CK_POS(c, shift) ((unsigned)(((c) >> (shift)) & 0xf))
+#define FQ_CK_COMM 12
+#define FQ_CK_COUNT 16
+#define FQ_CK_DTYPE 20
+#define FQ_CK_REDOP 24
+#define FQ_CK_PEER 28
+#define FQ_CK_STREAM 32
+
+struct fq_ev_hdr {
+	uint32_t type; /* enum fq_ev_type */
+	uint32_t pid;  /* tgid */
+	uint32_t tid;
+	uint32_t fn;   /* function id from the cookie, 0 if none */
+	uint64_t ts;   /* clock of fq_cfg.use_tai: TAI or monotonic ns */
+};
+
+/* One NCCL collective / p2p call or one cuda call, emitted at return. */
+struct fq_ev_call {
+	struct fq_ev_hdr h;
+	uint64_t dur;
+	uint64_t comm;   /* ncclComm_t (collectives) */
+	uint64_t count;  /* elements (NCCL) or bytes (cuda) */
+	uint64_t stream;
+	uint64_t oncpu;  /* issuing thread's cumulative on-CPU ns at entry, 0 if unknown */
+	int64_t ret;
+	int32_t dtype;
+	int32_t redop;
+	int32_t peer;    /* root / peer, -1 if none */
+	uint32_t kind;
+};
+
+/* Communicator creation: ncclCommInit* / ncclCommSplit return. */
+struct fq_ev_comm {
+	struct fq_ev_hdr h;
+	uint64_t dur;
+	uint64_t comm;    /* the new ncclComm_t (read from the out pointer at return) */
+	uint64_t parent;  /* ncclCommSplit: parent comm */
+	int64_t ret;
+	int32_t rank;     /* -1: unknown */
+	int32_t nranks;   /* -1: unknown */
+	int32_t color;    /* ncclCommSplit */
+	uint32_t kind;
+	uint32_t has_id;  /* id[] holds the ncclUniqueId */
+	uint32_t pad;
+	uint8_t id[FQ_UNIQUE_ID_BYTES];
+};
+
+struct fq_ev_destroy {
+	struct fq_ev_hdr h;
+	uint64_t comm;
+};
+
+struct fq_ev_offcpu {
+	struct fq_ev_hdr h;
+	uint64_t dur;
+	uint32_t preempted;
+	uint32_t pad;
+};
+
+struct fq_ev_tcp {
+	struct fq_ev_hdr h; /* pid 0: not attributable */
+	uint16_t family;
+	uint16_t sport;
+	uint16_t dport;
+	uint16_t state;
+	uint8_t saddr[16];
+	uint8_t daddr[16];
+};
+
+struct fq_ev_proc {
+	struct fq_ev_hdr h;
+	uint32_t ppid;
+	int32_t exit_code; /* wait(2) status for FQ_EV_EXIT */
+};
+
+#endif
