@@ -12,7 +12,8 @@
 struct store_opts {
 	const char *path;
 	const char *node;       /* meta 'node' */
-	const char *clock_source; /* meta 'clock_source', e.g. "realtime (bpf_ktime_get_tai_ns - tai offset)" */
+	/* meta 'clock_source', e.g. "realtime (bpf_ktime_get_tai_ns - tai offset)" */
+	const char *clock_source;
 	int64_t retain_bytes;   /* 0: unlimited */
 	int64_t retain_age_s;   /* 0: unlimited */
 	int batch_rows;         /* commit after this many rows (0: default) */

@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: MIT
+"""All-reduce step loop for torchrun: the GPU workload fleetq traces on real hardware.
+
+Each step: optional CPU delay on one rank (a planted straggler), a small matmul,
+one all_reduce, then torch.cuda.synchronize() (where NCCL's wait shows up).
+Rank 0 writes a JSON summary: steps, wall time, steps/s, and each rank's count.
+"""
+import argparse, json, os, time
+import torch
+import torch.distributed as dist
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--steps", type=int, default=2000)
+ap.add_argument("--warmup", type=int, default=50)
+ap.add_argument("--numel", type=int, default=1 << 20)
+ap.add_argument("--delay-rank", type=int, default=-1)
+ap.add_argument("--delay-ms", type=float, default=0.0)
+ap.add_argument("--delay-from", type=int, default=0, help="step at which the delay starts")
+ap.add_argument("--out", default="")
+a = ap.parse_args()
+
+dist.init_process_group("nccl")
+rank, world = dist.get_rank(), dist.get_world_size()
+local = int(os.environ.get("LOCAL_RANK", rank))
+torch.cuda.set_device(local)
+x = torch.ones(a.numel, device="cuda")
+m = torch.randn(1024, 1024, device="cuda")
+calls = 0
+
+def step(i):
+    global calls
+    if rank == a.delay_rank and i >= a.delay_from and a.delay_ms > 0:
+        time.sleep(a.delay_ms / 1e3)
+    torch.mm(m, m)
+    dist.all_reduce(x)
+    calls += 1
+    torch.cuda.synchronize()
+
+for i in range(a.warmup):
+    step(-1)
+dist.barrier()
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+onset_ns = time.time_ns()
+for i in range(a.steps):
+    step(i)
+t1 = time.perf_counter()
+counts = [0] * world
+dist.all_gather_object(counts, calls)
+if rank == 0:
+    res = {"world": world, "steps": a.steps, "warmup": a.warmup, "seconds": t1 - t0,
+           "steps_per_s": a.steps / (t1 - t0), "all_reduce_calls_per_rank": counts,
+           "delay_rank": a.delay_rank, "delay_ms": a.delay_ms, "loop_start_ns": onset_ns}
+    print(json.dumps(res))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f)
+dist.barrier()
+dist.destroy_process_group()
