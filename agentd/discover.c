@@ -18,7 +18,8 @@
 
 enum pid_state {
 	PID_PENDING,  /* in scope or not yet: look again next scan */
-	PID_MATCHED,  /* maps a traced library: reported */
+	PID_MATCHED,  /* maps a traced library: reported; rescanned until it maps NCCL */
+	PID_DONE,     /* maps a library that carries NCCL: nothing left to find */
 	PID_KERNEL,   /* no maps: kernel thread, never again */
 };
 
@@ -263,6 +264,18 @@ static struct pid_ent *pid_get(struct discover *d, int pid, unsigned long long s
 }
 
 /* Reads the maps of pid; reports new library files; 1 if it maps one, 0 if not, -1 if none. */
+static int carries_nccl(const char *path)
+{
+	const char *b = strrchr(path, '/');
+
+	b = b ? b + 1 : path;
+	return !strncmp(b, "libnccl.so", 10) || !strncmp(b, "libtorch_cuda.so", 16);
+}
+
+/*
+ * Returns -1 for a process without maps (kernel thread), 0 when it maps no traced
+ * library, 1 when it maps one, 2 when one of them carries NCCL.
+ */
 static int scan_maps(struct discover *d, int pid, discover_lib_fn lib, void *arg)
 {
 	char p[64], line[4096 + 128];
@@ -283,7 +296,8 @@ static int scan_maps(struct discover *d, int pid, discover_lib_fn lib, void *arg
 		path[strcspn(path, "\n")] = 0;
 		if (!discover_is_traced_lib(path) || strstr(path, " (deleted)"))
 			continue;
-		found = 1;
+		if (found < 2)
+			found = carries_nccl(path) ? 2 : 1;
 		snprintf(full, sizeof(full), "/proc/%d/root%s", pid, path);
 		if (stat(full, &st) || have_file(d, st.st_dev, st.st_ino))
 			continue;
@@ -304,14 +318,21 @@ static void look_at(struct discover *d, int pid, discover_lib_fn lib, discover_p
 	if (!e)
 		return;
 	e->gen = d->gen;
-	if (e->state != PID_PENDING || !in_scope(d, pid))
+	/*
+	 * A matched process is looked at again until it maps NCCL: PyTorch maps
+	 * libcudart at import but may load libnccl (or libtorch_cuda) later.
+	 */
+	if (e->state == PID_KERNEL || e->state == PID_DONE)
+		return;
+	if (e->state == PID_PENDING && !in_scope(d, pid))
 		return;
 	r = scan_maps(d, pid, lib, arg);
 	if (r < 0) {
 		e->state = PID_KERNEL;
 	} else if (r > 0) {
-		e->state = PID_MATCHED;
-		proc(arg, pid);
+		if (e->state == PID_PENDING)
+			proc(arg, pid);
+		e->state = r == 2 ? PID_DONE : PID_MATCHED;
 	}
 }
 

@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * agentd: traces the GPU workload on this node into a SQLite file and serves
+ * read-only SQL on it over mutual TLS. See docs/agentd.8.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/thread.h>
+
+#include "../sql/fqsql.h"
+#include "../wire/wire.h"
+#include "log.h"
+#include "server.h"
+#include "tls.h"
+#ifdef FLEETQ_HAVE_TRACE
+#include "trace.h"
+#endif
+
+#define MAX_ALLOW 64
+
+static const char usage_text[] =
+	"usage: agentd --listen ADDR:PORT --db FILE --ca FILE --cert FILE --key FILE [options]\n"
+	"\n"
+	"  --listen ADDR:PORT     address to serve on (port 0: any free port)\n"
+	"  --db FILE              trace database (written by the tracer, read by queries)\n"
+	"  --ca FILE              CA certificate that client certificates must chain to\n"
+	"  --cert FILE            this node's certificate (PEM, chain allowed)\n"
+	"  --key FILE             this node's private key (PEM)\n"
+	"  --allow-client PATTERN only clients whose CN or DNS name matches (fnmatch; repeatable)\n"
+	"  --insecure             serve plaintext without --ca/--cert/--key (loopback only)\n"
+	"  --node NAME            node name reported to clients (default: host name)\n"
+	"  --no-trace             do not trace; serve an existing --db\n"
+	"  --cgroup PATH          trace only processes in this cgroup v2 path\n"
+	"  --probes LIST          comma-separated probe set (default: all)\n"
+	"  --sysfs-root DIR       where to find sys/class/infiniband (default: /)\n"
+	"  --ib-interval SEC      InfiniBand counter poll period, 0 disables (default: 1)\n"
+	"  --max-rows N           most rows one query may return (default: 1000000)\n"
+	"  --max-bytes N          most result bytes one query may return (default: 268435456)\n"
+	"  --timeout-ms N         longest a query may run (default: 30000)\n"
+	"  --max-queries N        queries running at once (default: 8)\n"
+	"  --idle-timeout SEC     close sessions idle this long (default: 60)\n"
+	"  --drain-timeout SEC    on SIGTERM, how long running queries may finish (default: 10)\n"
+	"  --port-file FILE       write the bound port here once listening\n"
+	"  --log FILE             log here instead of stderr\n"
+	"  -h, --help             show this help\n"
+	"  --version              show the version\n";
+
+enum {
+	OPT_LISTEN = 256,
+	OPT_DB,
+	OPT_CA,
+	OPT_CERT,
+	OPT_KEY,
+	OPT_ALLOW,
+	OPT_INSECURE,
+	OPT_NODE,
+	OPT_NO_TRACE,
+	OPT_CGROUP,
+	OPT_PROBES,
+	OPT_SYSFS,
+	OPT_IB,
+	OPT_MAX_ROWS,
+	OPT_MAX_BYTES,
+	OPT_TIMEOUT,
+	OPT_MAX_QUERIES,
+	OPT_IDLE,
+	OPT_DRAIN,
+	OPT_PORT_FILE,
+	OPT_LOG,
+	OPT_VERSION,
+};
+
+static const struct option longopts[] = {
+	{ "listen", required_argument, NULL, OPT_LISTEN },
+	{ "db", required_argument, NULL, OPT_DB },
+	{ "ca", required_argument, NULL, OPT_CA },
+	{ "cert", required_argument, NULL, OPT_CERT },
+	{ "key", required_argument, NULL, OPT_KEY },
+	{ "allow-client", required_argument, NULL, OPT_ALLOW },
+	{ "insecure", no_argument, NULL, OPT_INSECURE },
+	{ "node", required_argument, NULL, OPT_NODE },
+	{ "no-trace", no_argument, NULL, OPT_NO_TRACE },
+	{ "cgroup", required_argument, NULL, OPT_CGROUP },
+	{ "probes", required_argument, NULL, OPT_PROBES },
+	{ "sysfs-root", required_argument, NULL, OPT_SYSFS },
+	{ "ib-interval", required_argument, NULL, OPT_IB },
+	{ "max-rows", required_argument, NULL, OPT_MAX_ROWS },
+	{ "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
+	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
+	{ "max-queries", required_argument, NULL, OPT_MAX_QUERIES },
+	{ "idle-timeout", required_argument, NULL, OPT_IDLE },
+	{ "drain-timeout", required_argument, NULL, OPT_DRAIN },
+	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
+	{ "log", required_argument, NULL, OPT_LOG },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, OPT_VERSION },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int num(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || end == s || *end || v < min || v > max) {
+		fprintf(stderr, "agentd: --%s wants a whole number from %lld to %lld, not '%s'\n",
+			opt, (long long)min, (long long)max, s);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const char *allow[MAX_ALLOW];
+	struct server_opts so = {
+		.max_rows = 1000000,
+		.max_bytes = 256ll << 20,
+		.timeout_ms = 30000,
+		.max_queries = 8,
+		.idle_timeout_s = 60,
+		.handshake_timeout_s = 10,
+		.drain_timeout_s = 10,
+		.allow = allow,
+	};
+	const char *cgroup = NULL, *probes = NULL, *sysfs_root = NULL, *log_path = NULL;
+	int64_t ib_interval = 1, v;
+	int insecure = 0, no_trace = 0, opt, rc = 1;
+	struct sockaddr_storage ss;
+	struct server *srv = NULL;
+	char host[256], *cause = NULL;
+	struct tracer *tracer = NULL;
+	struct fqsql_limits lim = { 0 };
+	sqlite3 *db = NULL;
+	int sslen;
+
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case OPT_LISTEN:
+			so.listen = optarg;
+			break;
+		case OPT_DB:
+			so.db_path = optarg;
+			break;
+		case OPT_CA:
+			so.ca = optarg;
+			break;
+		case OPT_CERT:
+			so.cert = optarg;
+			break;
+		case OPT_KEY:
+			so.key = optarg;
+			break;
+		case OPT_ALLOW:
+			if (so.nallow == MAX_ALLOW) {
+				fprintf(stderr, "agentd: at most %d --allow-client patterns\n",
+					MAX_ALLOW);
+				return 2;
+			}
+			allow[so.nallow++] = optarg;
+			break;
+		case OPT_INSECURE:
+			insecure = 1;
+			break;
+		case OPT_NODE:
+			so.node = optarg;
+			break;
+		case OPT_NO_TRACE:
+			no_trace = 1;
+			break;
+		case OPT_CGROUP:
+			cgroup = optarg;
+			break;
+		case OPT_PROBES:
+			probes = optarg;
+			break;
+		case OPT_SYSFS:
+			sysfs_root = optarg;
+			break;
+		case OPT_IB:
+			if (num("ib-interval", optarg, 0, 86400, &ib_interval))
+				return 2;
+			break;
+		case OPT_MAX_ROWS:
+			if (num("max-rows", optarg, 1, INT64_MAX, &so.max_rows))
+				return 2;
+			break;
+		case OPT_MAX_BYTES:
+			if (num("max-bytes", optarg, 1, INT64_MAX, &so.max_bytes))
+				return 2;
+			break;
+		case OPT_TIMEOUT:
+			if (num("timeout-ms", optarg, 1, 86400000, &so.timeout_ms))
+				return 2;
+			break;
+		case OPT_MAX_QUERIES:
+			if (num("max-queries", optarg, 1, 1024, &v))
+				return 2;
+			so.max_queries = (int)v;
+			break;
+		case OPT_IDLE:
+			if (num("idle-timeout", optarg, 1, 86400, &v))
+				return 2;
+			so.idle_timeout_s = (int)v;
+			break;
+		case OPT_DRAIN:
+			if (num("drain-timeout", optarg, 0, 3600, &v))
+				return 2;
+			so.drain_timeout_s = (int)v;
+			break;
+		case OPT_PORT_FILE:
+			so.port_file = optarg;
+			break;
+		case OPT_LOG:
+			log_path = optarg;
+			break;
+		case 'h':
+			fputs(usage_text, stdout);
+			return 0;
+		case OPT_VERSION:
+			printf("agentd %s (fleetq wire protocol %d, schema %d)\n", FLEETQ_VERSION,
+			       WIRE_VERSION, FQSQL_SCHEMA_VERSION);
+			return 0;
+		default:
+			fputs("agentd: see 'agentd --help'\n", stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "agentd: unexpected argument '%s'; see 'agentd --help'\n",
+			argv[optind]);
+		return 2;
+	}
+	if (!so.listen || !so.db_path) {
+		fprintf(stderr, "agentd: --listen and --db are required; see 'agentd --help'\n");
+		return 2;
+	}
+	if (server_parse_listen(so.listen, &ss, &sslen)) {
+		fprintf(stderr,
+			"agentd: cannot parse --listen '%s'; use ADDR:PORT, e.g. 0.0.0.0:7117 "
+			"or [::]:7117\n",
+			so.listen);
+		return 2;
+	}
+	if (insecure && !server_is_loopback((struct sockaddr *)&ss)) {
+		fprintf(stderr,
+			"agentd: --insecure serves unauthenticated plaintext and is allowed "
+			"only on loopback (127.0.0.0/8 or ::1), not on '%s'\n",
+			so.listen);
+		return 2;
+	}
+	if (!so.ca || !so.cert || !so.key) {
+		if (!insecure || so.ca || so.cert || so.key) {
+			fprintf(stderr,
+				"agentd: --ca, --cert and --key are all required (make them with "
+				"certs/mkcerts); --insecure without them serves plaintext on "
+				"loopback only\n");
+			return 2;
+		}
+	}
+	if (!so.node) {
+		if (gethostname(host, sizeof(host)))
+			snprintf(host, sizeof(host), "unknown");
+		host[sizeof(host) - 1] = '\0';
+		so.node = host;
+	}
+#ifndef FLEETQ_HAVE_TRACE
+	(void)cgroup, (void)probes, (void)sysfs_root, (void)tracer;
+	if (!no_trace) {
+		fprintf(stderr,
+			"agentd: built without tracing (FLEETQ_BPF=OFF); run with --no-trace "
+			"to serve only\n");
+		return 2;
+	}
+#endif
+	if (log_path && log_open(log_path, &cause)) {
+		fprintf(stderr, "agentd: %s\n", cause ? cause : "cannot open the log file");
+		goto out;
+	}
+	/* Workers wake the loop from their threads; a write to a gone client must not kill us. */
+	signal(SIGPIPE, SIG_IGN);
+	if (evthread_use_pthreads() || tls_init()) {
+		fprintf(stderr, "agentd: cannot initialise libevent threads or OpenSSL\n");
+		goto out;
+	}
+
+	/* Bad TLS files are refused before the tracer attaches anything. */
+	if (so.cert) {
+		SSL_CTX *ctx = tls_ctx_new(so.ca, so.cert, so.key, &cause);
+
+		if (!ctx) {
+			fprintf(stderr, "agentd: %s\n", cause ? cause : "cannot load the TLS files");
+			goto out;
+		}
+		SSL_CTX_free(ctx);
+	}
+#ifdef FLEETQ_HAVE_TRACE
+	if (!no_trace) {
+		struct trace_opts to = {
+			.db_path = so.db_path,
+			.node = so.node,
+			.cgroup = cgroup,
+			.probes = probes,
+			.sysfs_root = sysfs_root,
+			.ib_interval_s = (int)ib_interval,
+		};
+
+		tracer = tracer_start(&to, &cause);
+		if (!tracer) {
+			fprintf(stderr, "agentd: %s\n", cause ? cause : "cannot start the tracer");
+			goto out;
+		}
+		so.tracer = tracer;
+	}
+#endif
+	/* Refuse at start, not at the first query, when the database cannot be read. */
+	if (fqsql_open_readonly(so.db_path, &lim, &db, &cause)) {
+		fprintf(stderr, "agentd: %s\n", cause ? cause : "cannot open the database");
+		goto out;
+	}
+	fqsql_close(db);
+
+	srv = server_new(&so, &cause);
+	if (!srv) {
+		fprintf(stderr, "agentd: %s\n", cause ? cause : strerror(errno));
+		goto out;
+	}
+	if (server_run(srv) == 0)
+		rc = 0;
+	log_line("stopped");
+out:
+	server_free(srv);
+#ifdef FLEETQ_HAVE_TRACE
+	tracer_stop(tracer);
+#endif
+	free(cause);
+	return rc;
+}

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One query, run on a worker thread off the event loop, streaming frames to
+ * the connection that asked for it.
+ *
+ * The worker encodes COLUMNS, ROWS and END into its own buffer and hands
+ * whole frames over; the event loop moves them into the connection's output
+ * (query_take) and reports how much of that output is still unsent
+ * (query_sink_drained). The worker waits while more than QUERY_HIGH_WATER
+ * bytes are unsent, so a slow client holds back its own query and nothing
+ * buffers a whole result. Exactly one END is the last frame of every query.
+ */
+#ifndef FLEETQ_AGENTD_QUERY_H
+#define FLEETQ_AGENTD_QUERY_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../wire/wire.h"
+
+#define QUERY_HIGH_WATER (1u << 20)
+#define QUERY_LOW_WATER (256u << 10)
+
+struct event;
+struct evbuffer;
+
+/* Bounds the number of workers; shared by all connections of a server. */
+struct query_pool {
+	pthread_mutex_t mu;
+	int running; /* queries holding a slot; a slot is freed just before END goes out */
+	int threads; /* workers alive (a worker ends just after its END) */
+	int max;
+	const char *db_path;
+	int64_t max_rows, max_bytes, timeout_ms; /* agent limits; clients may ask lower */
+	struct event *reaped; /* activated (in the loop) each time a worker exits */
+};
+
+int query_pool_init(struct query_pool *p, int max);
+void query_pool_release(struct query_pool *p);
+int query_pool_running(struct query_pool *p);
+int query_pool_threads(struct query_pool *p);
+
+struct query;
+
+/*
+ * Starts a worker for msg (a decoded QUERY; everything is copied). wake is
+ * activated whenever frames are ready or the query is done; it must stay
+ * valid until query_release(). peer/addr name the client in the log line.
+ * Returns NULL with errno EBUSY when the pool is full (*running says how
+ * many run), or another errno.
+ */
+struct query *query_start(struct query_pool *p, const struct wire_query *msg, const char *peer,
+			  const char *addr, struct event *wake, int *running);
+
+/* Loop side: moves ready frames to dst; returns 1 once END has been moved. */
+int query_take(struct query *q, struct evbuffer *dst);
+/* Loop side: dst (the connection's output) now holds len unsent bytes. */
+void query_sink_drained(struct query *q, size_t len);
+
+enum query_stop { QUERY_STOP_CANCEL = 1, QUERY_STOP_SHUTDOWN };
+/* Loop side: interrupts the worker; SHUTDOWN still sends END WIRE_E_SHUTDOWN. */
+void query_stop(struct query *q, int why);
+/* Loop side: the connection lets go of q (the worker may still run, then frees it). */
+void query_release(struct query *q);
+
+#endif

@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: MIT */
+#include "coverage.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostlist.h"
+#include "strbuf.h"
+
+struct node_cov {
+	int outcome;
+	int64_t rows;
+	char *message;
+};
+
+struct coverage {
+	size_t n;
+	const char *const *names;
+	struct node_cov *nodes;
+};
+
+static const char *const outcome_names[FQ_NOUTCOMES] = {
+	[FQ_PENDING] = "pending",	  [FQ_OK] = "ok",
+	[FQ_TRUNCATED] = "truncated",	  [FQ_TIMEOUT] = "timeout",
+	[FQ_UNREACHABLE] = "unreachable", [FQ_TLS] = "tls",
+	[FQ_SQL] = "sql error",		  [FQ_PROTOCOL] = "protocol error",
+	[FQ_COLUMNS] = "columns differ",  [FQ_PARTIAL] = "partial",
+	[FQ_AGENT] = "agent error",
+};
+
+const char *outcome_name(int outcome)
+{
+	return outcome >= 0 && outcome < FQ_NOUTCOMES ? outcome_names[outcome] : "?";
+}
+
+struct coverage *coverage_new(size_t n, const char *const *names)
+{
+	struct coverage *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->nodes = calloc(n ? n : 1, sizeof(*c->nodes));
+	if (!c->nodes) {
+		free(c);
+		return NULL;
+	}
+	c->n = n;
+	c->names = names;
+	return c;
+}
+
+void coverage_free(struct coverage *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->n; i++)
+		free(c->nodes[i].message);
+	free(c->nodes);
+	free(c);
+}
+
+void coverage_set(struct coverage *c, size_t i, int outcome, int64_t rows, const char *message)
+{
+	struct node_cov *nc = &c->nodes[i];
+
+	nc->outcome = outcome;
+	nc->rows = rows;
+	free(nc->message);
+	nc->message = message ? strdup(message) : NULL;
+}
+
+int coverage_outcome(const struct coverage *c, size_t i)
+{
+	return c->nodes[i].outcome;
+}
+
+size_t coverage_count(const struct coverage *c, int outcome)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < c->n; i++)
+		k += c->nodes[i].outcome == outcome;
+	return k;
+}
+
+size_t coverage_total(const struct coverage *c)
+{
+	return c->n;
+}
+
+static int same_msg(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+/* Order in which failures are listed: the worst (needs the user) first. */
+static const int listed[] = {
+	FQ_TLS, FQ_UNREACHABLE, FQ_TIMEOUT, FQ_SQL, FQ_COLUMNS,
+	FQ_PARTIAL, FQ_PROTOCOL, FQ_AGENT, FQ_TRUNCATED, FQ_PENDING,
+};
+
+/*
+ * Calls fn for every group of nodes with the same outcome and message, in
+ * listed[] order, then first-appearance order. Quadratic, but only in the
+ * failed nodes, which one fan-out keeps to a few thousand.
+ */
+static int for_groups(const struct coverage *c,
+		      void (*fn)(void *ctx, int outcome, const char *msg, const char *const *hosts,
+				 size_t n, int64_t rows),
+		      void *ctx)
+{
+	const char **hosts = malloc((c->n ? c->n : 1) * sizeof(*hosts));
+	char *done = calloc(c->n ? c->n : 1, 1);
+	int err = 0;
+
+	if (!hosts || !done) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t l = 0; l < sizeof(listed) / sizeof(listed[0]); l++) {
+		for (size_t i = 0; i < c->n; i++) {
+			size_t k = 0;
+			int64_t rows = 0;
+
+			if (done[i] || c->nodes[i].outcome != listed[l])
+				continue;
+			for (size_t j = i; j < c->n; j++) {
+				if (done[j] || c->nodes[j].outcome != listed[l] ||
+				    !same_msg(c->nodes[j].message, c->nodes[i].message))
+					continue;
+				done[j] = 1;
+				hosts[k++] = c->names[j];
+				rows += c->nodes[j].rows;
+			}
+			fn(ctx, listed[l], c->nodes[i].message, hosts, k, rows);
+		}
+	}
+out:
+	free(hosts);
+	free(done);
+	return err;
+}
+
+static int64_t ok_rows(const struct coverage *c)
+{
+	int64_t rows = 0;
+
+	for (size_t i = 0; i < c->n; i++)
+		if (c->nodes[i].outcome == FQ_OK || c->nodes[i].outcome == FQ_TRUNCATED)
+			rows += c->nodes[i].rows;
+	return rows;
+}
+
+static void summary_group(void *ctx, int outcome, const char *msg, const char *const *hosts,
+			  size_t n, int64_t rows)
+{
+	struct strbuf *b = ctx;
+	char *folded = hostlist_fold(hosts, n);
+
+	sb_printf(b, "; %s: %s", outcome_name(outcome), folded ? folded : "?");
+	if (msg)
+		sb_printf(b, " (%s)", msg);
+	free(folded);
+}
+
+char *coverage_summary(const struct coverage *c)
+{
+	struct strbuf b = STRBUF_INIT;
+
+	sb_printf(&b, "coverage: %zu/%zu node%s ok, %" PRId64 " row%s", coverage_count(c, FQ_OK),
+		  c->n, c->n == 1 ? "" : "s", ok_rows(c), ok_rows(c) == 1 ? "" : "s");
+	if (for_groups(c, summary_group, &b))
+		b.oom = 1;
+	return sb_detach(&b);
+}
+
+char *coverage_common_failure(const struct coverage *c)
+{
+	char *s;
+
+	if (!c->n || coverage_count(c, FQ_OK) || coverage_count(c, FQ_TRUNCATED))
+		return NULL;
+	for (size_t i = 1; i < c->n; i++)
+		if (c->nodes[i].outcome != c->nodes[0].outcome ||
+		    !same_msg(c->nodes[i].message, c->nodes[0].message))
+			return NULL;
+	if (asprintf(&s, "%s on %s%zu node%s%s%s", outcome_name(c->nodes[0].outcome),
+		     c->n > 1 ? "all " : "", c->n, c->n == 1 ? "" : "s",
+		     c->nodes[0].message ? ": " : "",
+		     c->nodes[0].message ? c->nodes[0].message : "") < 0)
+		return NULL;
+	return s;
+}
+
+static void json_group(void *ctx, int outcome, const char *msg, const char *const *hosts, size_t n,
+		       int64_t rows)
+{
+	struct strbuf *b = ctx;
+	char *folded = hostlist_fold(hosts, n);
+
+	if (b->s[b->len - 1] != '[')
+		sb_putc(b, ',');
+	sb_puts(b, "{\"outcome\":");
+	sb_json_str(b, outcome_name(outcome), strlen(outcome_name(outcome)));
+	sb_puts(b, ",\"nodes\":[");
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			sb_putc(b, ',');
+		sb_json_str(b, hosts[i], strlen(hosts[i]));
+	}
+	sb_puts(b, "],\"hostlist\":");
+	sb_json_str(b, folded ? folded : "", folded ? strlen(folded) : 0);
+	sb_puts(b, ",\"message\":");
+	if (msg)
+		sb_json_str(b, msg, strlen(msg));
+	else
+		sb_puts(b, "null");
+	if (outcome == FQ_TRUNCATED)
+		sb_printf(b, ",\"rows\":%" PRId64, rows);
+	sb_putc(b, '}');
+	free(folded);
+}
+
+char *coverage_json(const struct coverage *c)
+{
+	struct strbuf b = STRBUF_INIT;
+	size_t ok = coverage_count(c, FQ_OK);
+
+	sb_printf(&b,
+		  "{\"total\":%zu,\"ok\":%zu,\"fraction\":%.6g,\"rows\":%" PRId64 ",\"failures\":[",
+		  c->n, ok, c->n ? (double)ok / c->n : 0.0, ok_rows(c));
+	if (for_groups(c, json_group, &b))
+		b.oom = 1;
+	sb_puts(&b, "]}");
+	return sb_detach(&b);
+}
+
+int coverage_exit(const struct coverage *c, double min_fraction)
+{
+	size_t ok = coverage_count(c, FQ_OK);
+
+	if (coverage_count(c, FQ_TLS))
+		return FQ_EXIT_TLS;
+	/* ok/n < min, without trusting a division to land exactly on 0.5. */
+	if ((double)ok < min_fraction * (double)c->n - 1e-9)
+		return FQ_EXIT_COVERAGE;
+	return FQ_EXIT_OK;
+}

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Coverage: what became of every node of one fan-out, the one-line summary
+ * for stderr, the JSON object for json/ndjson output, and the exit code.
+ */
+#ifndef FLEETQ_COVERAGE_H
+#define FLEETQ_COVERAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit codes: stable API, documented in fleetq --help and fleetq(1). */
+enum fq_exit {
+	FQ_EXIT_OK = 0,
+	FQ_EXIT_GATE = 1,     /* reserved: an analysis or gate tripped */
+	FQ_EXIT_USAGE = 2,    /* usage, configuration or local error */
+	FQ_EXIT_COVERAGE = 3, /* fewer nodes answered fully than --min-coverage asks */
+	FQ_EXIT_TLS = 4,      /* TLS/authentication failed on at least one node */
+};
+
+enum fq_outcome {
+	FQ_PENDING = 0,
+	FQ_OK,		/* END with status ok: every row merged */
+	FQ_TRUNCATED,	/* END truncated=1: a limit cut it; rows kept, node not ok */
+	FQ_TIMEOUT,	/* deadline passed (or no HELLO within the connect timeout) */
+	FQ_UNREACHABLE, /* DNS, refused, no route, connect timeout */
+	FQ_TLS,		/* handshake failed, agent refused our cert, cert/host mismatch */
+	FQ_SQL,		/* END with a query-level failure (sql, denied, limits) */
+	FQ_PROTOCOL,	/* malformed frames, wrong version, unexpected frame */
+	FQ_COLUMNS,	/* columns differ from the first node's: rows not merged */
+	FQ_PARTIAL,	/* connection lost before END: rows dropped */
+	FQ_AGENT,	/* agent sent ERROR (busy, shutting down, internal) */
+	FQ_NOUTCOMES
+};
+
+const char *outcome_name(int outcome); /* "ok", "timeout", "sql error", ... */
+
+struct coverage;
+
+/* names[i] must outlive the coverage. NULL and errno on failure. */
+struct coverage *coverage_new(size_t n, const char *const *names);
+void coverage_free(struct coverage *c);
+
+/* Records node i's outcome; message (may be NULL) is copied. */
+void coverage_set(struct coverage *c, size_t i, int outcome, int64_t rows, const char *message);
+int coverage_outcome(const struct coverage *c, size_t i);
+size_t coverage_count(const struct coverage *c, int outcome);
+size_t coverage_total(const struct coverage *c);
+
+/* "coverage: 14/16 nodes ok, 1234 rows; timeout: gpu[03,07] (...); ..." (malloc'd). */
+char *coverage_summary(const struct coverage *c);
+/* When no node is ok and all failed alike: "sql error on all 4 nodes: no such
+ * table: foo" (malloc'd); else NULL. */
+char *coverage_common_failure(const struct coverage *c);
+/* {"total":16,"ok":14,"fraction":0.875,"rows":1234,"failures":[...]} (malloc'd). */
+char *coverage_json(const struct coverage *c);
+/* FQ_EXIT_TLS if any node failed TLS, else FQ_EXIT_COVERAGE below min, else 0. */
+int coverage_exit(const struct coverage *c, double min_fraction);
+
+#endif

@@ -1,0 +1,880 @@
+/* SPDX-License-Identifier: MIT */
+#include "fanout.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/event_struct.h>
+#include <event2/util.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "hostlist.h"
+#include "wire.h"
+
+enum node_state {
+	N_IDLE, /* not started yet (window full) */
+	N_RESOLVING,
+	N_CONNECTING, /* TCP */
+	N_HANDSHAKE,  /* TLS */
+	N_HELLO,      /* connected, waiting for the agent's HELLO */
+	N_COLUMNS,    /* QUERY sent */
+	N_ROWS,
+	N_DONE,
+};
+
+struct node {
+	struct fanout *fo;
+	size_t idx;
+	const char *name; /* as the user wrote it */
+	char *host;
+	int port;
+	int is_ip;
+	enum node_state state;
+	struct evdns_getaddrinfo_request *dns;
+	struct evutil_addrinfo *ai, *ai_next;
+	evutil_socket_t fd;
+	struct event ev_connect; /* TCP connect finished */
+	struct event ev_timer;	 /* connect timeout, until HELLO */
+	int timer_set;
+	int connect_set;
+	struct bufferevent *bev;
+	SSL *ssl;
+	int64_t rows;
+	size_t ncols;
+	char *last_error;
+};
+
+struct fanout {
+	const struct fanout_params *p;
+	struct event_base *base;
+	struct evdns_base *dns;
+	SSL_CTX *ctx;
+	struct event ev_deadline;
+	struct event ev_kick;
+	struct event ev_progress;
+	int progress_shown;
+	struct node *nodes;
+	size_t n, next, inflight, done;
+	struct merge *m;
+	struct coverage *cov;
+	struct wire_value *vals;
+	size_t vals_cap;
+	struct wire_buf out;
+	int64_t start_ms;
+	int64_t rows_total;
+	char *fatal; /* a local failure that stops the fan-out */
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct timeval ms_tv(int64_t ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	return tv;
+}
+
+static int fail(char **cause, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char **cause, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (vasprintf(cause, fmt, ap) < 0)
+		*cause = NULL;
+	va_end(ap);
+	return err;
+}
+
+static const char *ssl_reason(void)
+{
+	unsigned long e = ERR_peek_last_error();
+	const char *r = e ? ERR_reason_error_string(e) : NULL;
+
+	return r ? r : "unknown error";
+}
+
+static int is_loopback_name(const char *host)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (!strcmp(host, "localhost"))
+		return 1;
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, host, &a6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&a6);
+	return 0;
+}
+
+static int load_tls(struct fanout *fo, char **cause)
+{
+	const struct fanout_params *p = fo->p;
+
+	if (!p->ca)
+		return fail(cause, -EINVAL,
+			    "no CA certificate: pass --ca FILE or set 'ca' in the "
+			    "config file (or --insecure for loopback agents)");
+	if (!p->cert || !p->key)
+		return fail(cause, -EINVAL,
+			    "no client certificate: pass --cert FILE and --key FILE "
+			    "or set 'cert' and 'key' in the config file");
+	fo->ctx = SSL_CTX_new(TLS_client_method());
+	if (!fo->ctx)
+		return fail(cause, -ENOMEM, "cannot create TLS context: %s", ssl_reason());
+	SSL_CTX_set_min_proto_version(fo->ctx, TLS1_2_VERSION);
+	if (SSL_CTX_load_verify_locations(fo->ctx, p->ca, NULL) != 1)
+		return fail(cause, -EINVAL, "cannot load CA certificate '%s': %s: check --ca",
+			    p->ca, ssl_reason());
+	if (SSL_CTX_use_certificate_chain_file(fo->ctx, p->cert) != 1)
+		return fail(cause, -EINVAL, "cannot load client certificate '%s': %s: check --cert",
+			    p->cert, ssl_reason());
+	if (SSL_CTX_use_PrivateKey_file(fo->ctx, p->key, SSL_FILETYPE_PEM) != 1)
+		return fail(cause, -EINVAL, "cannot load client key '%s': %s: check --key", p->key,
+			    ssl_reason());
+	if (SSL_CTX_check_private_key(fo->ctx) != 1)
+		return fail(cause, -EINVAL, "client key '%s' does not match certificate '%s'",
+			    p->key, p->cert);
+	SSL_CTX_set_verify(fo->ctx, SSL_VERIFY_PEER, NULL);
+	return 0;
+}
+
+struct fanout *fanout_new(const struct fanout_params *p, char **cause)
+{
+	struct fanout *fo = calloc(1, sizeof(*fo));
+	int err = -ENOMEM;
+
+	*cause = NULL;
+	if (!fo)
+		return NULL;
+	fo->p = p;
+	fo->n = p->nhosts;
+	wire_buf_init(&fo->out);
+	fo->nodes = calloc(fo->n ? fo->n : 1, sizeof(*fo->nodes));
+	if (!fo->nodes)
+		goto fail;
+	for (size_t i = 0; i < fo->n; i++) {
+		struct node *n = &fo->nodes[i];
+		struct in6_addr a;
+
+		n->fo = fo;
+		n->idx = i;
+		n->name = p->hosts[i];
+		n->fd = -1;
+		err = hostlist_split(n->name, p->port, &n->host, &n->port);
+		if (err) {
+			fail(cause, err, "invalid host '%s': use host, host:port or [ipv6]:port",
+			     n->name);
+			goto fail;
+		}
+		n->is_ip = inet_pton(AF_INET, n->host, &a) == 1 ||
+			   inet_pton(AF_INET6, n->host, &a) == 1;
+		if (p->insecure && !is_loopback_name(n->host)) {
+			err = fail(cause, -EINVAL,
+				   "--insecure talks plaintext to loopback agents only: "
+				   "'%s' is not a loopback address",
+				   n->name);
+			goto fail;
+		}
+	}
+	if (!p->insecure) {
+		err = load_tls(fo, cause);
+		if (err)
+			goto fail;
+	}
+	return fo;
+fail:
+	fanout_free(fo);
+	errno = -err;
+	return NULL;
+}
+
+static void node_release(struct node *n)
+{
+	if (n->dns) {
+		struct evdns_getaddrinfo_request *r = n->dns;
+
+		n->dns = NULL;
+		evdns_getaddrinfo_cancel(r);
+	}
+	if (n->timer_set) {
+		event_del(&n->ev_timer);
+		n->timer_set = 0;
+	}
+	if (n->connect_set) {
+		event_del(&n->ev_connect);
+		n->connect_set = 0;
+	}
+	if (n->bev) {
+		/* BEV_OPT_CLOSE_ON_FREE: frees the SSL and closes the socket. */
+		bufferevent_free(n->bev);
+		n->bev = NULL;
+		n->ssl = NULL;
+		n->fd = -1;
+	}
+	if (n->fd >= 0) {
+		close(n->fd);
+		n->fd = -1;
+	}
+	if (n->ai) {
+		evutil_freeaddrinfo(n->ai);
+		n->ai = n->ai_next = NULL;
+	}
+}
+
+void fanout_free(struct fanout *fo)
+{
+	if (!fo)
+		return;
+	for (size_t i = 0; i < fo->n; i++) {
+		node_release(&fo->nodes[i]);
+		free(fo->nodes[i].host);
+		free(fo->nodes[i].last_error);
+	}
+	free(fo->nodes);
+	free(fo->vals);
+	free(fo->fatal);
+	wire_buf_release(&fo->out);
+	if (fo->ctx)
+		SSL_CTX_free(fo->ctx);
+	free(fo);
+}
+
+static void set_fatal(struct fanout *fo, char *cause)
+{
+	if (!fo->fatal)
+		fo->fatal = cause ? cause : strdup("out of memory");
+	else
+		free(cause);
+	event_base_loopbreak(fo->base);
+}
+
+/* Records the node's outcome, frees its connection and makes room for the next. */
+static void node_finish(struct node *n, int outcome, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void node_finish(struct node *n, int outcome, const char *fmt, ...)
+{
+	struct fanout *fo = n->fo;
+	char *msg = NULL, *cause = NULL;
+	int64_t rows = n->rows;
+	va_list ap;
+
+	if (n->state == N_DONE)
+		return;
+	if (fmt) {
+		va_start(ap, fmt);
+		if (vasprintf(&msg, fmt, ap) < 0)
+			msg = NULL;
+		va_end(ap);
+	}
+	/* Only a node that ended cleanly keeps its rows: anything else would
+	 * pass a partial answer off as complete. */
+	if (outcome != FQ_OK && outcome != FQ_TRUNCATED && n->rows) {
+		if (merge_drop(fo->m, n->idx, &cause))
+			set_fatal(fo, cause);
+		fo->rows_total -= n->rows;
+	}
+	coverage_set(fo->cov, n->idx, outcome, rows, msg);
+	free(msg);
+	if (n->state != N_IDLE)
+		fo->inflight--;
+	/* After END the session ended well: say goodbye with close_notify. */
+	if (n->ssl && (outcome == FQ_OK || outcome == FQ_TRUNCATED || outcome == FQ_SQL))
+		SSL_shutdown(n->ssl);
+	n->state = N_DONE;
+	node_release(n);
+	fo->done++;
+	if (fo->done == fo->n)
+		event_base_loopexit(fo->base, NULL);
+	else if (fo->next < fo->n)
+		event_active(&fo->ev_kick, 0, 0);
+}
+
+static void node_error_text(struct node *n, const char *what, int err)
+{
+	free(n->last_error);
+	if (asprintf(&n->last_error, "%s: %s", what, strerror(err)) < 0)
+		n->last_error = NULL;
+}
+
+static void try_connect(struct node *n);
+
+static void read_cb(struct bufferevent *bev, void *arg);
+static void event_cb(struct bufferevent *bev, short what, void *arg);
+
+static void start_session(struct node *n)
+{
+	struct fanout *fo = n->fo;
+	int one = 1;
+
+	setsockopt(n->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (fo->p->insecure) {
+		n->bev = bufferevent_socket_new(fo->base, n->fd, BEV_OPT_CLOSE_ON_FREE);
+		n->state = N_HELLO;
+	} else {
+		X509_VERIFY_PARAM *vp;
+
+		n->ssl = SSL_new(fo->ctx);
+		if (!n->ssl) {
+			node_finish(n, FQ_TLS, "cannot create TLS session: %s", ssl_reason());
+			return;
+		}
+		/* Verify the agent's certificate against the name we dialled. */
+		vp = SSL_get0_param(n->ssl);
+		if (n->is_ip) {
+			X509_VERIFY_PARAM_set1_ip_asc(vp, n->host);
+		} else {
+			X509_VERIFY_PARAM_set_hostflags(vp, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+			X509_VERIFY_PARAM_set1_host(vp, n->host, 0);
+			SSL_set_tlsext_host_name(n->ssl, n->host);
+		}
+		n->bev = bufferevent_openssl_socket_new(
+			fo->base, n->fd, n->ssl, BUFFEREVENT_SSL_CONNECTING, BEV_OPT_CLOSE_ON_FREE);
+		/* On failure libevent may already have freed the SSL (CLOSE_ON_FREE):
+		 * leaking it on this out-of-memory path beats a double free. */
+		n->state = N_HANDSHAKE;
+	}
+	if (!n->bev) {
+		n->ssl = NULL;
+		node_finish(n, FQ_UNREACHABLE, "cannot set up the connection");
+		return;
+	}
+	bufferevent_setcb(n->bev, read_cb, NULL, event_cb, n);
+	bufferevent_enable(n->bev, EV_READ | EV_WRITE);
+}
+
+static void connect_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct node *n = arg;
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	n->connect_set = 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	if (err) {
+		node_error_text(n, "connect", err);
+		close(n->fd);
+		n->fd = -1;
+		n->ai_next = n->ai_next->ai_next;
+		try_connect(n);
+		return;
+	}
+	start_session(n);
+}
+
+static void try_connect(struct node *n)
+{
+	struct fanout *fo = n->fo;
+
+	for (; n->ai_next; n->ai_next = n->ai_next->ai_next) {
+		struct evutil_addrinfo *a = n->ai_next;
+
+		n->fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (n->fd < 0) {
+			node_error_text(n, "socket", errno);
+			continue;
+		}
+		if (connect(n->fd, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS) {
+			event_assign(&n->ev_connect, fo->base, n->fd, EV_WRITE, connect_cb, n);
+			event_add(&n->ev_connect, NULL);
+			n->connect_set = 1;
+			n->state = N_CONNECTING;
+			return;
+		}
+		node_error_text(n, "connect", errno);
+		close(n->fd);
+		n->fd = -1;
+	}
+	node_finish(n, FQ_UNREACHABLE, "%s", n->last_error ? n->last_error : "no address");
+}
+
+static void dns_cb(int result, struct evutil_addrinfo *res, void *arg)
+{
+	struct node *n = arg;
+
+	if (result == EVUTIL_EAI_CANCEL)
+		return;
+	n->dns = NULL;
+	if (result) {
+		node_finish(n, FQ_UNREACHABLE, "cannot resolve '%s': %s", n->host,
+			    evutil_gai_strerror(result));
+		return;
+	}
+	n->ai = n->ai_next = res;
+	try_connect(n);
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct node *n = arg;
+	double secs = n->fo->p->connect_timeout_ms / 1000.0;
+
+	n->timer_set = 0;
+	switch (n->state) {
+	case N_RESOLVING:
+		node_finish(n, FQ_UNREACHABLE, "cannot resolve '%s' within %gs", n->host, secs);
+		break;
+	case N_CONNECTING:
+		node_finish(n, FQ_UNREACHABLE, "connect timed out after %gs", secs);
+		break;
+	case N_HANDSHAKE:
+		node_finish(n, FQ_TIMEOUT, "TLS handshake not done within %gs", secs);
+		break;
+	default:
+		node_finish(n, FQ_TIMEOUT, "no HELLO within %gs", secs);
+		break;
+	}
+}
+
+static void node_start(struct node *n)
+{
+	struct fanout *fo = n->fo;
+	struct evutil_addrinfo hints = { 0 };
+	struct timeval tv = ms_tv(fo->p->connect_timeout_ms);
+	char port[8];
+
+	fo->inflight++;
+	n->state = N_RESOLVING;
+	evtimer_assign(&n->ev_timer, fo->base, timer_cb, n);
+	evtimer_add(&n->ev_timer, &tv);
+	n->timer_set = 1;
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_protocol = IPPROTO_TCP;
+	hints.ai_flags = EVUTIL_AI_ADDRCONFIG;
+	snprintf(port, sizeof(port), "%d", n->port);
+	/* The callback may run before this returns (numeric hosts). */
+	n->dns = evdns_getaddrinfo(fo->dns, n->host, port, &hints, dns_cb, n);
+	if (n->state != N_RESOLVING)
+		n->dns = NULL;
+}
+
+static void kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fanout *fo = arg;
+
+	while (fo->next < fo->n && fo->inflight < (size_t)fo->p->window && !fo->fatal) {
+		struct node *n = &fo->nodes[fo->next++];
+
+		/* The deadline may have finished nodes that never started. */
+		if (n->state == N_IDLE)
+			node_start(n);
+	}
+}
+
+static void send_query(struct node *n)
+{
+	struct fanout *fo = n->fo;
+	int64_t left = fo->start_ms + fo->p->timeout_ms - now_ms();
+	struct wire_query q = {
+		.id = n->idx + 1,
+		.sql = fo->p->sql,
+		.max_rows = fo->p->max_rows,
+		/* The agent may stop by itself when nobody will wait any more. */
+		.timeout_ms = left > 1 ? left : 1,
+	};
+
+	wire_buf_reset(&fo->out);
+	if (wire_put_query(&fo->out, &q)) {
+		set_fatal(fo, strdup("cannot encode QUERY"));
+		return;
+	}
+	bufferevent_write(n->bev, fo->out.data, fo->out.len);
+	n->state = N_COLUMNS;
+}
+
+static void on_error_frame(struct node *n, const struct wire_error *e)
+{
+	const char *msg = e->message ? e->message : "";
+
+	switch (e->code) {
+	case WIRE_E_AUTH:
+		node_finish(n, FQ_TLS, "agent refused our certificate: %s", msg);
+		break;
+	case WIRE_E_PROTO:
+	case WIRE_E_VERSION:
+		node_finish(n, FQ_PROTOCOL, "agent: %s", msg);
+		break;
+	default:
+		node_finish(n, FQ_AGENT, "%s: %s", wire_status_name((int)e->code), msg);
+	}
+}
+
+static void on_end(struct node *n, const struct wire_end *e)
+{
+	const char *msg = e->message ? e->message : wire_status_name((int)e->status);
+	const char *sname = wire_status_name((int)e->status);
+	size_t sl = strlen(sname);
+
+	/* "sql error: sql error: ..." says it twice: the outcome names it already. */
+	if (!strncmp(msg, sname, sl) && msg[sl] == ':' && msg[sl + 1] == ' ' && msg[sl + 2])
+		msg += sl + 2;
+
+	if (e->truncated || e->status == WIRE_E_ROWS || e->status == WIRE_E_BYTES) {
+		node_finish(n, FQ_TRUNCATED, "%s, %" PRId64 " rows kept", msg, n->rows);
+		return;
+	}
+	if (e->status != WIRE_OK) {
+		node_finish(n, FQ_SQL, "%s", msg);
+		return;
+	}
+	if (e->rows != n->rows) {
+		node_finish(n, FQ_PROTOCOL, "END counts %" PRId64 " rows, %" PRId64 " arrived",
+			    e->rows, n->rows);
+		return;
+	}
+	node_finish(n, FQ_OK, NULL);
+}
+
+static void on_columns(struct node *n, struct wire_msg *msg)
+{
+	struct fanout *fo = n->fo;
+	size_t nc = msg->u.columns.ncols;
+	char *cause = NULL;
+	int err;
+
+	err = merge_columns(fo->m, nc, msg->u.columns.names, &cause);
+	if (err == -EINVAL) {
+		node_finish(n, FQ_COLUMNS, "%s", cause ? cause : "columns differ");
+		free(cause);
+		return;
+	}
+	if (err) {
+		set_fatal(fo, cause);
+		return;
+	}
+	if (nc > fo->vals_cap) {
+		struct wire_value *v = realloc(fo->vals, nc * sizeof(*v));
+
+		if (!v) {
+			set_fatal(fo, NULL);
+			return;
+		}
+		fo->vals = v;
+		fo->vals_cap = nc;
+	}
+	n->ncols = nc;
+	n->state = N_ROWS;
+}
+
+static void on_rows(struct node *n, struct wire_msg *msg)
+{
+	struct fanout *fo = n->fo;
+	char *cause = NULL;
+	int r;
+
+	if (msg->u.rows.nrows && msg->u.rows.ncols != n->ncols) {
+		node_finish(n, FQ_PROTOCOL, "ROWS with %zu columns, COLUMNS announced %zu",
+			    msg->u.rows.ncols, n->ncols);
+		return;
+	}
+	while ((r = wire_rows_next(msg, fo->vals)) == 1) {
+		if (merge_row(fo->m, n->idx, n->name, n->rows, fo->vals, &cause)) {
+			set_fatal(fo, cause);
+			return;
+		}
+		n->rows++;
+		fo->rows_total++;
+	}
+	if (r < 0)
+		node_finish(n, FQ_PROTOCOL, "malformed ROWS frame");
+}
+
+/* Returns 1 when the node is finished (its buffers are gone). */
+static int on_frame(struct node *n, const void *frame, size_t len)
+{
+	struct wire_msg msg;
+	char *cause = NULL;
+	int err;
+
+	memset(&msg, 0, sizeof(msg));
+	err = wire_decode(&msg, frame, len, &cause);
+	if (err == -EPROTONOSUPPORT) {
+		node_finish(n, FQ_PROTOCOL,
+			    "agent speaks protocol version %d, fleetq speaks %d: "
+			    "upgrade one of them",
+			    msg.version, WIRE_VERSION);
+		goto out;
+	}
+	if (err) {
+		node_finish(n, FQ_PROTOCOL, "bad frame: %s", cause ? cause : strerror(-err));
+		goto out;
+	}
+	if (msg.type == WIRE_ERROR) {
+		on_error_frame(n, &msg.u.error);
+		goto out;
+	}
+	/* Data can be read before the handshake-done event is delivered. */
+	if (n->state == N_HANDSHAKE)
+		n->state = N_HELLO;
+	switch (n->state) {
+	case N_HELLO:
+		if (msg.type != WIRE_HELLO) {
+			node_finish(n, FQ_PROTOCOL, "expected HELLO, got %s",
+				    wire_type_name(msg.type));
+			break;
+		}
+		if (msg.u.hello.proto_min > WIRE_VERSION || msg.u.hello.proto_max < WIRE_VERSION) {
+			node_finish(n, FQ_PROTOCOL,
+				    "agent speaks protocol versions %" PRId64 "-%" PRId64
+				    ", fleetq speaks %d: upgrade one of them",
+				    msg.u.hello.proto_min, msg.u.hello.proto_max, WIRE_VERSION);
+			break;
+		}
+		/* Connected: from here only the overall deadline applies. */
+		if (n->timer_set) {
+			event_del(&n->ev_timer);
+			n->timer_set = 0;
+		}
+		send_query(n);
+		break;
+	case N_COLUMNS:
+		if (msg.type == WIRE_COLUMNS)
+			on_columns(n, &msg);
+		else if (msg.type == WIRE_END)
+			on_end(n, &msg.u.end);
+		else if (msg.type != WIRE_PONG)
+			node_finish(n, FQ_PROTOCOL, "expected COLUMNS, got %s",
+				    wire_type_name(msg.type));
+		break;
+	case N_ROWS:
+		if (msg.type == WIRE_ROWS)
+			on_rows(n, &msg);
+		else if (msg.type == WIRE_END)
+			on_end(n, &msg.u.end);
+		else if (msg.type != WIRE_PONG)
+			node_finish(n, FQ_PROTOCOL, "expected ROWS or END, got %s",
+				    wire_type_name(msg.type));
+		break;
+	default:
+		node_finish(n, FQ_PROTOCOL, "unexpected %s", wire_type_name(msg.type));
+	}
+out:
+	wire_msg_release(&msg);
+	free(cause);
+	return n->state == N_DONE || n->fo->fatal;
+}
+
+static void read_cb(struct bufferevent *bev, void *arg)
+{
+	struct node *n = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+
+	for (;;) {
+		size_t avail = evbuffer_get_length(in), flen;
+		unsigned char hdr[WIRE_HDR_LEN];
+		uint32_t plen;
+		unsigned char *p;
+
+		if (avail < WIRE_HDR_LEN)
+			return;
+		evbuffer_copyout(in, hdr, WIRE_HDR_LEN);
+		plen = (uint32_t)hdr[0] << 24 | hdr[1] << 16 | hdr[2] << 8 | hdr[3];
+		if (plen > WIRE_FRAME_MAX) {
+			node_finish(n, FQ_PROTOCOL,
+				    "frame of %" PRIu32 " bytes exceeds the %u limit", plen,
+				    WIRE_FRAME_MAX);
+			return;
+		}
+		flen = WIRE_HDR_LEN + (size_t)plen;
+		if (avail < flen)
+			return;
+		p = evbuffer_pullup(in, flen);
+		if (!p) {
+			set_fatal(n->fo, NULL);
+			return;
+		}
+		if (on_frame(n, p, flen))
+			return;
+		evbuffer_drain(in, flen);
+	}
+}
+
+/* Why a TLS connection failed, in words. */
+static void tls_error(struct node *n, char *buf, size_t len)
+{
+	unsigned long e = 0, x;
+	long vr;
+
+	while ((x = bufferevent_get_openssl_error(n->bev)))
+		e = x;
+	vr = n->ssl ? SSL_get_verify_result(n->ssl) : X509_V_OK;
+	if (vr != X509_V_OK)
+		snprintf(buf, len, "agent certificate not accepted: %s",
+			 X509_verify_cert_error_string(vr));
+	else if (e && ERR_reason_error_string(e))
+		snprintf(buf, len, "%s", ERR_reason_error_string(e));
+	else if (e)
+		snprintf(buf, len, "TLS protocol error (does the agent serve plaintext?)");
+	else if (EVUTIL_SOCKET_ERROR())
+		snprintf(buf, len, "%s", strerror(EVUTIL_SOCKET_ERROR()));
+	else
+		snprintf(buf, len, "connection closed");
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct node *n = arg;
+	char why[256];
+
+	if (what & BEV_EVENT_CONNECTED) {
+		n->state = N_HELLO;
+		return;
+	}
+	if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+		return;
+	/* Frames that arrived with the close (an ERROR before it) come first. */
+	read_cb(bev, n);
+	if (n->state == N_DONE || n->fo->fatal)
+		return;
+	if (n->fo->p->insecure) {
+		snprintf(why, sizeof(why), "%s",
+			 (what & BEV_EVENT_ERROR) && EVUTIL_SOCKET_ERROR()
+				 ? strerror(EVUTIL_SOCKET_ERROR())
+				 : "connection closed");
+	} else {
+		tls_error(n, why, sizeof(why));
+	}
+	switch (n->state) {
+	case N_HANDSHAKE:
+		node_finish(n, FQ_TLS, "handshake failed: %s", why);
+		break;
+	case N_HELLO:
+		/* Under TLS 1.3 a refused client finishes its handshake; the
+		 * refusal shows up as a close before HELLO. */
+		if (n->fo->p->insecure)
+			node_finish(n, FQ_PROTOCOL, "closed before HELLO: %s", why);
+		else
+			node_finish(n, FQ_TLS,
+				    "closed before HELLO (agent refused our certificate?): %s",
+				    why);
+		break;
+	default:
+		node_finish(n, FQ_PARTIAL,
+			    "connection lost after %" PRId64 " rows, rows dropped: %s", n->rows,
+			    why);
+	}
+}
+
+static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fanout *fo = arg;
+	double secs = fo->p->timeout_ms / 1000.0;
+
+	for (size_t i = 0; i < fo->n; i++) {
+		struct node *n = &fo->nodes[i];
+
+		switch (n->state) {
+		case N_DONE:
+			break;
+		case N_IDLE:
+			node_finish(n, FQ_TIMEOUT,
+				    "not contacted within %gs: raise --timeout or "
+				    "--fanout",
+				    secs);
+			break;
+		case N_RESOLVING:
+		case N_CONNECTING:
+		case N_HANDSHAKE:
+		case N_HELLO:
+			node_finish(n, FQ_TIMEOUT, "not connected within %gs", secs);
+			break;
+		default:
+			node_finish(n, FQ_TIMEOUT, "no END within %gs%s", secs,
+				    n->rows ? ", rows dropped" : "");
+		}
+	}
+	event_base_loopexit(fo->base, NULL);
+}
+
+static void progress_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fanout *fo = arg;
+	struct timeval tv = ms_tv(250);
+
+	fprintf(stderr, "\rfleetq: %zu/%zu nodes done, %zu in flight, %" PRId64 " rows\033[K",
+		fo->done, fo->n, fo->inflight, fo->rows_total);
+	fo->progress_shown = 1;
+	evtimer_add(&fo->ev_progress, &tv);
+}
+
+int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **cause)
+{
+	struct timeval tv;
+	int err = 0;
+
+	*cause = NULL;
+	fo->m = m;
+	fo->cov = cov;
+	fo->start_ms = now_ms();
+	fo->base = event_base_new();
+	if (!fo->base)
+		return fail(cause, -ENOMEM, "cannot create event loop");
+	fo->dns = evdns_base_new(fo->base, EVDNS_BASE_INITIALIZE_NAMESERVERS |
+						   EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+	if (!fo->dns)
+		fo->dns = evdns_base_new(fo->base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+	if (!fo->dns) {
+		err = fail(cause, -ENOMEM, "cannot set up the DNS resolver");
+		goto out;
+	}
+	evtimer_assign(&fo->ev_deadline, fo->base, deadline_cb, fo);
+	tv = ms_tv(fo->p->timeout_ms);
+	evtimer_add(&fo->ev_deadline, &tv);
+	event_assign(&fo->ev_kick, fo->base, -1, 0, kick_cb, fo);
+	evtimer_assign(&fo->ev_progress, fo->base, progress_cb, fo);
+	if (fo->p->progress) {
+		tv = ms_tv(1000);
+		evtimer_add(&fo->ev_progress, &tv);
+	}
+	if (fo->n) {
+		event_active(&fo->ev_kick, 0, 0);
+		event_base_dispatch(fo->base);
+	}
+	if (fo->progress_shown)
+		fprintf(stderr, "\r\033[K");
+	if (fo->fatal) {
+		err = -EIO;
+		*cause = fo->fatal;
+		fo->fatal = NULL;
+	}
+	if (!err)
+		err = merge_finish(m, cause);
+out:
+	for (size_t i = 0; i < fo->n; i++)
+		node_release(&fo->nodes[i]);
+	event_del(&fo->ev_deadline);
+	event_del(&fo->ev_kick);
+	event_del(&fo->ev_progress);
+	if (fo->dns)
+		evdns_base_free(fo->dns, 1);
+	fo->dns = NULL;
+	event_base_free(fo->base);
+	fo->base = NULL;
+	return err;
+}

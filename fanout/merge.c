@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: MIT */
+#include "merge.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fqsql.h"
+#include "strbuf.h"
+
+/* Row id = node index << ROW_BITS | row number. */
+#define ROW_BITS 40
+/* Commit this often so one huge transaction does not pile up. */
+#define COMMIT_EVERY 65536
+
+struct merge {
+	sqlite3 *db;
+	sqlite3_stmt *ins;
+	size_t ncols;
+	char **names; /* the first node's column names, as sent */
+	int in_txn;
+	size_t pending;
+};
+
+static int db_fail(sqlite3 *db, const char *what, char **cause)
+{
+	if (cause && asprintf(cause, "merge database: %s: %s", what, sqlite3_errmsg(db)) < 0)
+		*cause = NULL;
+	return -EIO;
+}
+
+struct merge *merge_new(char **cause)
+{
+	struct merge *m = calloc(1, sizeof(*m));
+	int err;
+
+	*cause = NULL;
+	if (!m)
+		return NULL;
+	if (sqlite3_open_v2(":memory:", &m->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL)) {
+		db_fail(m->db, "cannot open", cause);
+		goto fail;
+	}
+	/* Nothing here needs to survive a crash: no journal, no syncs. */
+	if (sqlite3_exec(m->db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;", NULL, NULL,
+			 NULL)) {
+		db_fail(m->db, "cannot configure", cause);
+		goto fail;
+	}
+	err = fqsql_register(m->db);
+	if (err) {
+		if (asprintf(cause, "merge database: cannot register SQL functions: %s",
+			     strerror(-err)) < 0)
+			*cause = NULL;
+		goto fail;
+	}
+	return m;
+fail:
+	merge_free(m);
+	errno = EIO;
+	return NULL;
+}
+
+void merge_free(struct merge *m)
+{
+	if (!m)
+		return;
+	sqlite3_finalize(m->ins);
+	sqlite3_close(m->db);
+	for (size_t i = 0; i < m->ncols; i++)
+		free(m->names[i]);
+	free(m->names);
+	free(m);
+}
+
+sqlite3 *merge_db(struct merge *m)
+{
+	return m->db;
+}
+
+int merge_has_table(const struct merge *m)
+{
+	return m->ins != NULL;
+}
+
+static void sb_ident(struct strbuf *b, const char *s)
+{
+	sb_putc(b, '"');
+	for (; *s; s++) {
+		if (*s == '"')
+			sb_putc(b, '"');
+		sb_putc(b, *s);
+	}
+	sb_putc(b, '"');
+}
+
+static int name_taken(char **names, size_t n, const char *s)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcasecmp(names[i], s))
+			return 1;
+	return 0;
+}
+
+static int create_table(struct merge *m, size_t ncols, const char *const *names, char **cause)
+{
+	struct strbuf b = STRBUF_INIT;
+	char **uniq = calloc(ncols + 1, sizeof(*uniq));
+	int err = -ENOMEM;
+	size_t i;
+
+	if (!uniq)
+		goto out;
+	/* SQLite column names are case-insensitive: "x" and "X" clash too. */
+	uniq[0] = strdup("node");
+	if (!uniq[0])
+		goto out;
+	for (i = 0; i < ncols; i++) {
+		char *s = strdup(names[i]);
+
+		for (int k = 2; s && name_taken(uniq, i + 1, s); k++) {
+			free(s);
+			if (asprintf(&s, "%s_%d", names[i], k) < 0)
+				s = NULL;
+		}
+		if (!s)
+			goto out;
+		uniq[i + 1] = s;
+	}
+	sb_puts(&b, "CREATE TABLE results(");
+	for (i = 0; i <= ncols; i++) {
+		if (i)
+			sb_putc(&b, ',');
+		sb_ident(&b, uniq[i]);
+	}
+	sb_puts(&b, ")");
+	if (b.oom)
+		goto out;
+	if (sqlite3_exec(m->db, b.s, NULL, NULL, NULL)) {
+		err = db_fail(m->db, "cannot create table results", cause);
+		goto out;
+	}
+	b.len = 0;
+	sb_puts(&b, "INSERT INTO results(rowid");
+	for (i = 0; i <= ncols; i++) {
+		sb_putc(&b, ',');
+		sb_ident(&b, uniq[i]);
+	}
+	sb_puts(&b, ") VALUES(?");
+	for (i = 0; i <= ncols; i++)
+		sb_puts(&b, ",?");
+	sb_puts(&b, ")");
+	if (b.oom)
+		goto out;
+	if (sqlite3_prepare_v2(m->db, b.s, -1, &m->ins, NULL)) {
+		err = db_fail(m->db, "cannot prepare insert", cause);
+		goto out;
+	}
+	err = 0;
+out:
+	if (uniq)
+		for (i = 0; i <= ncols; i++)
+			free(uniq[i]);
+	free(uniq);
+	sb_release(&b);
+	return err;
+}
+
+int merge_columns(struct merge *m, size_t ncols, const char *const *names, char **cause)
+{
+	int err;
+
+	*cause = NULL;
+	if (m->ins) {
+		if (ncols != m->ncols) {
+			if (asprintf(cause, "%zu columns, first node had %zu", ncols, m->ncols) < 0)
+				*cause = NULL;
+			return -EINVAL;
+		}
+		for (size_t i = 0; i < ncols; i++)
+			if (strcmp(names[i], m->names[i])) {
+				if (asprintf(cause, "column %zu is '%s', first node had '%s'",
+					     i + 1, names[i], m->names[i]) < 0)
+					*cause = NULL;
+				return -EINVAL;
+			}
+		return 0;
+	}
+	m->names = calloc(ncols ? ncols : 1, sizeof(*m->names));
+	if (!m->names)
+		return -ENOMEM;
+	for (size_t i = 0; i < ncols; i++) {
+		m->names[i] = strdup(names[i]);
+		if (!m->names[i])
+			return -ENOMEM;
+		m->ncols = i + 1;
+	}
+	err = create_table(m, ncols, names, cause);
+	if (err)
+		return err;
+	return 0;
+}
+
+static int begin(struct merge *m, char **cause)
+{
+	if (m->in_txn)
+		return 0;
+	if (sqlite3_exec(m->db, "BEGIN", NULL, NULL, NULL))
+		return db_fail(m->db, "cannot begin", cause);
+	m->in_txn = 1;
+	return 0;
+}
+
+int merge_finish(struct merge *m, char **cause)
+{
+	if (!m->in_txn)
+		return 0;
+	m->in_txn = 0;
+	m->pending = 0;
+	if (sqlite3_exec(m->db, "COMMIT", NULL, NULL, NULL))
+		return db_fail(m->db, "cannot commit", cause);
+	return 0;
+}
+
+int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
+	      const struct wire_value *vals, char **cause)
+{
+	sqlite3_stmt *st = m->ins;
+	int rc = SQLITE_OK, err;
+
+	err = begin(m, cause);
+	if (err)
+		return err;
+	sqlite3_bind_int64(st, 1, (int64_t)idx << ROW_BITS | seq);
+	sqlite3_bind_text(st, 2, node, -1, SQLITE_STATIC);
+	for (size_t i = 0; i < m->ncols && rc == SQLITE_OK; i++) {
+		const struct wire_value *v = &vals[i];
+		int col = (int)i + 3;
+
+		switch (v->type) {
+		case WIRE_INT:
+			rc = sqlite3_bind_int64(st, col, v->i);
+			break;
+		case WIRE_REAL:
+			rc = sqlite3_bind_double(st, col, v->d);
+			break;
+		case WIRE_TEXT:
+			rc = sqlite3_bind_text64(st, col, v->p, v->n, SQLITE_TRANSIENT,
+						 SQLITE_UTF8);
+			break;
+		case WIRE_BLOB:
+			rc = sqlite3_bind_blob64(st, col, v->p, v->n, SQLITE_TRANSIENT);
+			break;
+		default:
+			rc = sqlite3_bind_null(st, col);
+		}
+	}
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	if (rc != SQLITE_DONE)
+		return db_fail(m->db, "cannot insert", cause);
+	if (++m->pending >= COMMIT_EVERY)
+		return merge_finish(m, cause);
+	return 0;
+}
+
+int merge_drop(struct merge *m, size_t idx, char **cause)
+{
+	sqlite3_stmt *st = NULL;
+	int err = 0;
+
+	*cause = NULL;
+	if (!m->ins)
+		return 0;
+	if (sqlite3_prepare_v2(m->db, "DELETE FROM results WHERE rowid BETWEEN ? AND ?", -1, &st,
+			       NULL))
+		return db_fail(m->db, "cannot prepare delete", cause);
+	sqlite3_bind_int64(st, 1, (int64_t)idx << ROW_BITS);
+	sqlite3_bind_int64(st, 2, ((int64_t)(idx + 1) << ROW_BITS) - 1);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		err = db_fail(m->db, "cannot drop rows", cause);
+	sqlite3_finalize(st);
+	return err;
+}

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The merge database: an in-memory SQLite with one table, results(node,
+ * <the query's columns>), filled as rows stream in. Row ids encode (node
+ * index, row number), so a plain scan returns hostlist order then row order
+ * without sorting, and a node's rows can be dropped as one range.
+ */
+#ifndef FLEETQ_MERGE_H
+#define FLEETQ_MERGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sqlite3.h>
+
+#include "wire.h"
+
+struct merge;
+
+struct merge *merge_new(char **cause);
+void merge_free(struct merge *m);
+
+/*
+ * The columns of the first node to answer define the table (created here, names quoted,
+ * duplicates made unique: "x", "x_2"; a query column named "node" becomes
+ * "node_2"). Later calls compare: 0 when they match, -EINVAL with *cause
+ * saying how they differ.
+ */
+int merge_columns(struct merge *m, size_t ncols, const char *const *names, char **cause);
+int merge_has_table(const struct merge *m);
+
+/* Inserts row number seq (from 0) of node idx. vals has ncols values. */
+int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
+	      const struct wire_value *vals, char **cause);
+/* Removes every row of node idx (partial answers are not merged). */
+int merge_drop(struct merge *m, size_t idx, char **cause);
+/* Commits what is pending. */
+int merge_finish(struct merge *m, char **cause);
+
+sqlite3 *merge_db(struct merge *m);
+
+#endif

@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fq-fakeagent: a plaintext loopback agent that misbehaves on purpose, so the
+ * fault paths of fleetq (partial streams, garbage, other versions, wrong row
+ * counts) can be tested against real sockets. Real agents never do this.
+ *
+ *   fq-fakeagent MODE PORTFILE
+ *
+ * MODE: partial   HELLO, COLUMNS, one ROWS frame of 3 rows, then close
+ *       garbage   bytes that are no frame at all
+ *       version   a HELLO of protocol version 2
+ *       badcount  3 rows, END saying 5
+ *       huge      a header announcing a frame past WIRE_FRAME_MAX
+ *       errorauth ERROR WIRE_E_AUTH instead of HELLO, then close
+ *       ok        a well-behaved answer: COLUMNS (a, b), 3 rows, END
+ * One connection at a time, forever; the test kills it.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "wire.h"
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	const char *s = p;
+
+	while (n) {
+		ssize_t w = write(fd, s, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		s += w;
+		n -= w;
+	}
+	return 0;
+}
+
+/* Reads one frame (and ignores it): the client's QUERY. */
+static int read_frame(int fd)
+{
+	unsigned char hdr[4], buf[4096];
+	size_t len;
+
+	if (recv(fd, hdr, 4, MSG_WAITALL) != 4)
+		return -1;
+	len = (size_t)hdr[0] << 24 | hdr[1] << 16 | hdr[2] << 8 | hdr[3];
+	while (len) {
+		ssize_t r = read(fd, buf, len < sizeof(buf) ? len : sizeof(buf));
+
+		if (r <= 0)
+			return -1;
+		len -= r;
+	}
+	return 0;
+}
+
+static void put_rows(struct wire_buf *b, int n)
+{
+	struct wire_rows w;
+
+	wire_rows_begin(&w, b, 2);
+	for (int i = 0; i < n; i++) {
+		struct wire_value v[2] = { { .type = WIRE_INT, .i = i },
+					   { .type = WIRE_TEXT, .p = "fake", .n = 4 } };
+
+		wire_rows_add(&w, v);
+	}
+	wire_rows_finish(&w);
+}
+
+static void serve(int fd, const char *mode)
+{
+	static const char *const cols[] = { "a", "b" };
+	struct wire_hello h = { .agent_version = "fake",
+				.schema_version = 1,
+				.node = "fake",
+				.clock_source = "realtime",
+				.proto_min = 1,
+				.proto_max = 1 };
+	struct wire_end e = { .id = 1, .rows = 3, .status = WIRE_OK };
+	struct wire_buf b;
+
+	wire_buf_init(&b);
+	if (!strcmp(mode, "garbage")) {
+		write_all(fd, "\x00\x00\x00\x05hello", 9);
+		goto out;
+	}
+	if (!strcmp(mode, "huge")) {
+		write_all(fd, "\x7f\xff\xff\xff", 4);
+		goto out;
+	}
+	if (!strcmp(mode, "version")) {
+		/* [2, 100, {}] */
+		write_all(fd, "\x00\x00\x00\x04\x93\x02\x64\x80", 8);
+		goto out;
+	}
+	if (!strcmp(mode, "errorauth")) {
+		wire_put_error(&b, WIRE_E_AUTH, "client 'x' is not allowed");
+		write_all(fd, b.data, b.len);
+		goto out;
+	}
+	wire_put_hello(&b, &h);
+	write_all(fd, b.data, b.len);
+	wire_buf_reset(&b);
+	if (read_frame(fd))
+		goto out;
+	wire_put_columns(&b, 2, cols);
+	put_rows(&b, 3);
+	if (!strcmp(mode, "badcount"))
+		e.rows = 5;
+	if (strcmp(mode, "partial"))
+		wire_put_end(&b, &e);
+	write_all(fd, b.data, b.len);
+	/* Let the client close first when the answer is complete. */
+	if (strcmp(mode, "partial")) {
+		char c;
+
+		while (read(fd, &c, 1) > 0)
+			;
+	}
+out:
+	wire_buf_release(&b);
+}
+
+int main(int argc, char **argv)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	FILE *f;
+	int ls;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: fq-fakeagent MODE PORTFILE\n");
+		return 2;
+	}
+	ls = socket(AF_INET, SOCK_STREAM, 0);
+	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) || listen(ls, 16) ||
+	    getsockname(ls, (struct sockaddr *)&sa, &len)) {
+		perror("fq-fakeagent");
+		return 1;
+	}
+	f = fopen(argv[2], "w");
+	if (!f || fprintf(f, "%d\n", ntohs(sa.sin_port)) < 0 || fclose(f)) {
+		perror(argv[2]);
+		return 1;
+	}
+	for (;;) {
+		int fd = accept(ls, NULL, NULL);
+
+		if (fd < 0)
+			continue;
+		serve(fd, argv[1]);
+		close(fd);
+	}
+}
