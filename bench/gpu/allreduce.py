@@ -16,6 +16,8 @@ ap.add_argument("--numel", type=int, default=1 << 20)
 ap.add_argument("--delay-rank", type=int, default=-1)
 ap.add_argument("--delay-ms", type=float, default=0.0)
 ap.add_argument("--delay-from", type=int, default=0, help="step at which the delay starts")
+ap.add_argument("--mm-size", type=int, default=1024, help="matmul size: compute per step")
+ap.add_argument("--mm-reps", type=int, default=1)
 ap.add_argument("--out", default="")
 a = ap.parse_args()
 
@@ -24,14 +26,15 @@ rank, world = dist.get_rank(), dist.get_world_size()
 local = int(os.environ.get("LOCAL_RANK", rank))
 torch.cuda.set_device(local)
 x = torch.ones(a.numel, device="cuda")
-m = torch.randn(1024, 1024, device="cuda")
+m = torch.randn(a.mm_size, a.mm_size, device="cuda")
 calls = 0
 
 def step(i):
     global calls
     if rank == a.delay_rank and i >= a.delay_from and a.delay_ms > 0:
         time.sleep(a.delay_ms / 1e3)
-    torch.mm(m, m)
+    for _ in range(a.mm_reps):
+        torch.mm(m, m)
     dist.all_reduce(x)
     calls += 1
     torch.cuda.synchronize()
