@@ -1,0 +1,112 @@
+-- SPDX-License-Identifier: MIT
+-- stragglers.node.sql: what every node sends for `fleetq stragglers`.
+-- docs/analysis.md explains the columns, the parameters and how to adapt this.
+--
+-- Parameters (all optional; unbound = NULL = the default):
+--   :since_ns  window start, wall-clock ns on this node (NULL or 0 = all time)
+--   :job       processes.job_id to keep (NULL = any process)
+--   :comm      comm_hash to keep (NULL = every communicator)
+--   :max_seqs  per communicator, keep only the newest N sequence numbers (NULL or <= 0 = all)
+--   :now_ns    this node's current time in ns, if the agent supplies it
+--              (default: SQLite's clock, to the millisecond)
+--
+-- Columns, the same for every row:
+--   kind      'coll': one collective inside the window
+--             'last': the newest collective of one (comm_hash, rank, pid), over ALL time,
+--                     so the merge sees a rank that stopped even with no rows in the window
+--             'now':  one row, ts_ns = this node's current time (everything else NULL)
+--   comm_hash, rank, nranks, pid, tid, seq, op, ts_ns (enqueue, node clock), dur_ns (enqueue
+--   call), busy_ns (on-CPU since the previous collective),
+--   sync_ns   ns the issuing process spent blocked in cuda_calls kind = 'sync' between this
+--             collective's enqueue and its next collective on the same communicator
+--             (for the newest one: until now); a driver call nested inside a runtime call
+--             of the same thread (cuStreamSynchronize inside cudaStreamSynchronize) counts once.
+WITH
+prm AS (
+	SELECT coalesce(:since_ns, 0) AS since_ns, :job AS job, :comm AS comm,
+	       CASE WHEN :max_seqs > 0 THEN :max_seqs END AS max_seqs,
+	       coalesce(:now_ns, CAST((julianday('now') - 2440587.5) * 86400e9 AS INTEGER)) AS now_ns
+),
+jobpid AS (
+	SELECT DISTINCT p.pid FROM processes p, prm WHERE p.job_id = prm.job
+),
+-- collectives of the job and communicator asked for, over all time
+coll AS NOT MATERIALIZED (
+	SELECT c.* FROM collectives c, prm
+	WHERE (prm.comm IS NULL OR c.comm_hash = prm.comm)
+	  AND (prm.job IS NULL OR c.pid IN jobpid)
+),
+-- newest collective of every (communicator, rank, process); SQLite takes the bare
+-- columns (op, ts_ns, ...) from the row that holds max(seq)
+last AS (
+	SELECT comm_hash, rank, nranks, pid, tid, max(seq) AS seq, op, ts_ns
+	FROM coll GROUP BY comm_hash, rank, pid
+),
+newest AS (
+	SELECT comm_hash, max(seq) AS seq FROM last GROUP BY comm_hash
+),
+-- the window: newer than :since_ns and among the newest :max_seqs of its communicator
+win AS (
+	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
+	       c.busy_ns
+	FROM newest n, prm, coll c
+	WHERE c.comm_hash = n.comm_hash
+	  AND c.seq > coalesce(n.seq - prm.max_seqs, -1)
+	  AND c.ts_ns >= prm.since_ns
+),
+-- where each (process, communicator) starts in the window
+pc AS (
+	SELECT pid, comm_hash, min(ts_ns) AS t0 FROM win GROUP BY pid, comm_hash
+),
+-- top-level sync calls of those processes: a call that starts before an earlier call of
+-- the same thread has returned is nested inside it (the driver call under the runtime one)
+sy AS (
+	SELECT pid, ts_ns, dur_ns FROM (
+		-- the running max end before this call (lag of a running max: a frame ending
+		-- at 1 PRECEDING would make SQLite recompute max() for every row)
+		SELECT pid, ts_ns, dur_ns,
+		       lag(ends) OVER (PARTITION BY pid, tid ORDER BY ts_ns, dur_ns DESC)
+			       AS open_until
+		FROM (
+			SELECT k.pid, k.tid, k.ts_ns, k.dur_ns,
+			       max(k.ts_ns + k.dur_ns) OVER (PARTITION BY k.pid, k.tid
+							     ORDER BY k.ts_ns, k.dur_ns DESC
+							     ROWS UNBOUNDED PRECEDING) AS ends
+			FROM cuda_calls k
+			WHERE k.ts_ns >= (SELECT min(t0) FROM pc)
+			  AND k.kind = 'sync'
+			  AND k.pid IN (SELECT pid FROM pc)
+		)
+	)
+	WHERE open_until IS NULL OR ts_ns >= open_until
+),
+-- every sync call belongs to the newest collective its process enqueued on the same
+-- communicator before it, i.e. the interval [ts_ns, LEAD(ts_ns) OVER (PARTITION BY pid,
+-- comm_hash ORDER BY seq)). Computed without a join: collectives and syncs in time order,
+-- a running sum of sync time, and each collective takes the difference between the
+-- running sum at its next collective (or the total, for the newest) and at itself.
+ev AS (
+	SELECT pid, comm_hash, ts_ns, 0 AS o, tid, rank, nranks, seq, op, dur_ns, busy_ns,
+	       0 AS sync_dur
+	FROM win
+	UNION ALL
+	SELECT s.pid, pc.comm_hash, s.ts_ns, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.dur_ns
+	FROM sy s JOIN pc ON pc.pid = s.pid AND s.ts_ns >= pc.t0
+),
+acc AS (
+	SELECT ev.*,
+	       sum(sync_dur) OVER (PARTITION BY pid, comm_hash ORDER BY ts_ns, o
+				   ROWS UNBOUNDED PRECEDING) AS cum,
+	       sum(sync_dur) OVER (PARTITION BY pid, comm_hash) AS tot
+	FROM ev
+)
+SELECT 'coll' AS kind, comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, dur_ns, busy_ns,
+       coalesce(lead(cum) OVER (PARTITION BY pid, comm_hash ORDER BY seq), tot) - cum
+	       AS sync_ns
+FROM acc WHERE o = 0
+UNION ALL
+SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, NULL, NULL, NULL
+FROM last
+UNION ALL
+SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL, NULL, now_ns, NULL, NULL, NULL
+FROM prm

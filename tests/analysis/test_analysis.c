@@ -1,0 +1,638 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * End-to-end tests of sql/analysis/: fq-tracegen writes one trace per "node"
+ * of a job with a planted straggler, hang, clock offset or network trouble;
+ * the node file runs on each trace, the merge file over the merged rows, and
+ * the answer must name what was planted, and nothing else.
+ * usage: test_analysis SCENARIO PATH-TO-fq-tracegen SQL-DIR WORKDIR
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "../sql/check.h"
+#include "driver.h"
+#include "fqsql.h"
+
+static const char *gen, *sqldir;
+static char dir[1024];
+
+#define STEPS 200
+#define START_NS 1700000000000000000ll
+
+static char *sqlfile(const char *name)
+{
+	char path[1200];
+	char *s;
+
+	snprintf(path, sizeof(path), "%s/%s", sqldir, name);
+	s = an_slurp(path);
+	CHECK(s != NULL, "cannot read '%s'", path);
+	return s;
+}
+
+/* fq-tracegen --out DIR/name ARGS; 0 on success */
+static int tracegen(const char *name, const char *args)
+{
+	char cmd[4096];
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "'%s' --out '%s/%s' %s >/dev/null", gen, dir, name, args);
+	st = system(cmd);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+struct job {
+	int nranks, files;
+	char paths[8][1200];
+	char names[8][32];
+	struct an_node nodes[8];
+};
+
+/*
+ * An nranks-rank job over `files` nodes (ranks split evenly), every node with the
+ * same job arguments `extra`; shift[i] moves node i's clock by that many ns.
+ */
+static void make_job(struct job *j, const char *tag, int nranks, int files, const char *extra,
+		     const int64_t *shift)
+{
+	int per = nranks / files;
+
+	j->nranks = nranks;
+	j->files = files;
+	for (int i = 0; i < files; i++) {
+		char args[1024], name[64];
+
+		snprintf(name, sizeof(name), "%s-n%d.db", tag, i);
+		snprintf(j->names[i], sizeof(j->names[i]), "node%d", i);
+		snprintf(args, sizeof(args),
+			 "--node node%d --ranks %d --rank-base %d --nranks %d --steps %d "
+			 "--start-ns %lld %s",
+			 i, per, i * per, nranks, STEPS, START_NS + (long long)(shift ? shift[i] : 0),
+			 extra);
+		tracegen(name, args);
+		snprintf(j->paths[i], sizeof(j->paths[i]), "%s/%s", dir, name);
+		j->nodes[i] = (struct an_node){ .path = j->paths[i], .name = j->names[i] };
+	}
+}
+
+static int run(const struct job *j, const char *node, const char *merge,
+	       const char *const *np, const char *const *mp, int guarded, struct an_rows *rows)
+{
+	char *ns = sqlfile(node), *ms = sqlfile(merge), *cause = NULL;
+	int ret = -1;
+
+	if (ns && ms)
+		ret = an_run(ns, ms, j->nodes, (size_t)j->files, np, mp, guarded, rows, &cause);
+	CHECK(ret == 0, "%s + %s: %s", node, merge, cause ? cause : "?");
+	free(ns);
+	free(ms);
+	free(cause);
+	if (ret < 0)
+		memset(rows, 0, sizeof(*rows));
+	return ret;
+}
+
+static int stragglers(const struct job *j, const char *const *mp, struct an_rows *rows)
+{
+	return run(j, "stragglers.node.sql", "stragglers.merge.sql", NULL, mp, 0, rows);
+}
+
+static int count_verdict(const struct an_rows *r, const char *verdict)
+{
+	int n = 0;
+
+	for (size_t i = 0; i < r->nrows; i++)
+		n += an_get(r, i, "verdict") && !strcmp(an_get(r, i, "verdict"), verdict);
+	return n;
+}
+
+static int nsignals(const char *s)
+{
+	int n = 0;
+
+	if (!s)
+		return 0;
+	for (const char *p = s; p; p = strchr(p + 1, ','))
+		n += strncmp(p[0] == ',' ? p + 1 : p, "ratio", 5) != 0;
+	return n;
+}
+
+static int has_signal(const char *signals, const char *sig)
+{
+	size_t n = strlen(sig);
+
+	for (const char *p = signals; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, sig, n) && (p[n] == ',' || !p[n]))
+			return 1;
+	return 0;
+}
+
+static const char *cell(const struct an_rows *r, size_t i, const char *col)
+{
+	const char *v = an_get(r, i, col);
+
+	return v ? v : "NULL";
+}
+
+static void dump(const char *what, const struct an_rows *r)
+{
+	printf("--- %s\n", what);
+	an_rows_print(r, stdout);
+}
+
+/* Top row names `rank` a straggler with >= min_sig agreeing signals, and nobody else is. */
+static void expect_straggler(const struct an_rows *r, int rank, int min_sig, const char *what)
+{
+	char want[16];
+
+	snprintf(want, sizeof(want), "%d", rank);
+	CHECK(r->nrows >= 1, "%s: no rows", what);
+	if (r->nrows < 1)
+		return;
+	CHECK(!strcmp(cell(r, 0, "rank"), want), "%s: top rank %s, want %s", what,
+	      cell(r, 0, "rank"), want);
+	CHECK(!strcmp(cell(r, 0, "verdict"), "straggler"), "%s: verdict %s", what,
+	      cell(r, 0, "verdict"));
+	CHECK(nsignals(an_get(r, 0, "signals")) >= min_sig, "%s: signals '%s', want >= %d", what,
+	      cell(r, 0, "signals"), min_sig);
+	CHECK(count_verdict(r, "straggler") == 1 && count_verdict(r, "hung") == 0,
+	      "%s: %d stragglers, %d hung, want exactly rank %d", what,
+	      count_verdict(r, "straggler"), count_verdict(r, "hung"), rank);
+	CHECK(atof(cell(r, 0, "peers_wait_s")) > 0, "%s: peers_wait_s %s", what,
+	      cell(r, 0, "peers_wait_s"));
+}
+
+static const char *const ALL[] = { "all_ranks=1", NULL };
+
+/* 16 ranks on 4 nodes, clean: every rank answers, nobody is flagged. */
+static void t_clean(void)
+{
+	struct job j;
+	struct an_rows r;
+
+	for (int seed = 1; seed <= 3; seed++) {
+		char extra[64], tag[32];
+
+		snprintf(extra, sizeof(extra), "--seed %d", seed);
+		snprintf(tag, sizeof(tag), "clean%d", seed);
+		make_job(&j, tag, 16, 4, extra, NULL);
+		if (stragglers(&j, NULL, &r) == 0) {
+			CHECK(r.nrows == 0, "clean seed %d: %zu suspect rows", seed, r.nrows);
+			if (r.nrows)
+				dump("clean", &r);
+			an_rows_release(&r);
+		}
+		if (stragglers(&j, ALL, &r) == 0) {
+			CHECK(r.nrows == 16, "clean all_ranks: %zu rows, want 16", r.nrows);
+			CHECK(count_verdict(&r, "ok") == 16, "clean: not all ok");
+			CHECK(!strcmp(cell(&r, 0, "ranks"), "16") &&
+				      !strcmp(cell(&r, 0, "method"), "mad"),
+			      "clean: ranks %s method %s", cell(&r, 0, "ranks"),
+			      cell(&r, 0, "method"));
+			CHECK(fabs(atof(cell(&r, 0, "step_ms")) - 50) < 2, "step_ms %s",
+			      cell(&r, 0, "step_ms"));
+			an_rows_release(&r);
+		}
+	}
+}
+
+static void t_slow(const char *pct)
+{
+	struct job j;
+	struct an_rows r;
+	char extra[128], what[64];
+
+	snprintf(extra, sizeof(extra), "--seed 7 --slow-rank 6 --slow-pct %s", pct);
+	snprintf(what, sizeof(what), "slow %s%%", pct);
+	make_job(&j, "slow", 16, 4, extra, NULL);
+	if (stragglers(&j, NULL, &r) == 0) {
+		dump(what, &r);
+		expect_straggler(&r, 6, 2, what);
+		CHECK(!strcmp(cell(&r, 0, "node"), "node1"), "%s: node %s", what,
+		      cell(&r, 0, "node"));
+		CHECK(has_signal(an_get(&r, 0, "signals"), "sync"), "%s: no sync signal", what);
+		an_rows_release(&r);
+	}
+}
+
+/* 2 ranks, one per node: MAD says nothing; the pair rule names the slow one. */
+static void t_pair(const char *pct, int want_ratio)
+{
+	struct job j;
+	struct an_rows r;
+	char extra[128], what[64];
+
+	snprintf(extra, sizeof(extra), "--seed 11 --slow-rank 1 --slow-pct %s", pct);
+	snprintf(what, sizeof(what), "pair %s%%", pct);
+	make_job(&j, "pair", 2, 2, extra, NULL);
+	if (stragglers(&j, ALL, &r) == 0) {
+		dump(what, &r);
+		expect_straggler(&r, 1, want_ratio ? 1 : 2, what);
+		CHECK(!strcmp(cell(&r, 0, "method"), "pair"), "%s: method %s", what,
+		      cell(&r, 0, "method"));
+		CHECK(has_signal(an_get(&r, 0, "signals"), "ratio") == want_ratio,
+		      "%s: signals %s, ratio rule %s expected", what, cell(&r, 0, "signals"),
+		      want_ratio ? "" : "not");
+		CHECK(r.nrows == 2 && !strcmp(cell(&r, 1, "verdict"), "ok"),
+		      "%s: the fast rank must be ok", what);
+		an_rows_release(&r);
+	}
+	/* and a clean pair is left alone */
+	make_job(&j, "pairclean", 2, 2, "--seed 11", NULL);
+	if (stragglers(&j, NULL, &r) == 0) {
+		CHECK(r.nrows == 0, "clean pair: %zu suspects", r.nrows);
+		an_rows_release(&r);
+	}
+}
+
+static void t_three(void)
+{
+	struct job j;
+	struct an_rows r;
+
+	make_job(&j, "three", 3, 3, "--seed 5 --slow-rank 2 --slow-pct 10", NULL);
+	if (stragglers(&j, NULL, &r) == 0) {
+		dump("three ranks, rank 2 slow 10%", &r);
+		expect_straggler(&r, 2, 2, "three");
+		CHECK(!strcmp(cell(&r, 0, "method"), "mad"), "three: method %s",
+		      cell(&r, 0, "method"));
+		an_rows_release(&r);
+	}
+	make_job(&j, "threeclean", 3, 3, "--seed 5", NULL);
+	if (stragglers(&j, NULL, &r) == 0) {
+		CHECK(r.nrows == 0, "clean three: %zu suspects", r.nrows);
+		an_rows_release(&r);
+	}
+}
+
+/* One integer from a read-only query on a trace file; -1 on failure. */
+static int64_t q1(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	int64_t v = -1;
+
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+	    sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int64(st, 0);
+	CHECK(v != -1, "%s on %s: %s", sql, path, sqlite3_errmsg(db));
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return v;
+}
+
+static int64_t max_ts(const char *path)
+{
+	return q1(path, "SELECT max(ts_ns) FROM collectives");
+}
+
+/* Rank 9 never enters seq 120: hung, stopped at 120, and the window need not hold it. */
+static void t_hang(void)
+{
+	struct job j;
+	struct an_rows r;
+	char now[64];
+	const char *np[] = { now, NULL };
+	const char *np_window[] = { "max_seqs=5", NULL };
+
+	make_job(&j, "hang", 16, 4, "--seed 3 --hang-rank 9 --hang-at 120", NULL);
+	if (stragglers(&j, NULL, &r) == 0) {
+		dump("hang rank 9 at 120", &r);
+		CHECK(r.nrows == 1, "hang: %zu rows, want 1", r.nrows);
+		CHECK(!strcmp(cell(&r, 0, "verdict"), "hung") && !strcmp(cell(&r, 0, "rank"), "9"),
+		      "hang: top %s rank %s", cell(&r, 0, "verdict"), cell(&r, 0, "rank"));
+		CHECK(!strcmp(cell(&r, 0, "stopped_at_seq"), "120"), "stopped_at_seq %s",
+		      cell(&r, 0, "stopped_at_seq"));
+		CHECK(!strcmp(cell(&r, 0, "last_seq"), "119"), "last_seq %s",
+		      cell(&r, 0, "last_seq"));
+		CHECK(!strcmp(cell(&r, 0, "stopped_op"), "AllReduce"), "stopped_op %s",
+		      cell(&r, 0, "stopped_op"));
+		CHECK(!strcmp(cell(&r, 0, "node"), "node2"), "node %s", cell(&r, 0, "node"));
+		an_rows_release(&r);
+	}
+	/* a window that only holds the peers' newest seqs: the 'last' rows still tell */
+	if (run(&j, "stragglers.node.sql", "stragglers.merge.sql", np_window, NULL, 0, &r) == 0) {
+		CHECK(r.nrows >= 1 && !strcmp(cell(&r, 0, "verdict"), "hung") &&
+			      !strcmp(cell(&r, 0, "stopped_at_seq"), "120"),
+		      "hang, max_seqs=5: %s %s", cell(&r, 0, "verdict"),
+		      cell(&r, 0, "stopped_at_seq"));
+		an_rows_release(&r);
+	}
+	/* seen 1 s after the peers enqueued 120 it is not (yet) a hang; 30 s after, it is */
+	for (int late = 0; late < 2; late++) {
+		snprintf(now, sizeof(now), "now_ns=%lld",
+			 (long long)(max_ts(j.paths[0]) + (late ? 30000000000ll : 1000000000ll)));
+		if (run(&j, "stragglers.node.sql", "stragglers.merge.sql", np, NULL, 0, &r) == 0) {
+			CHECK(count_verdict(&r, "hung") == late, "hang, %s: %d hung", now,
+			      count_verdict(&r, "hung"));
+			if (late)
+				/* rank 9's newest (119) is one 50 ms step older than 120 */
+				CHECK(fabs(atof(cell(&r, 0, "stopped_s_ago")) - 30.05) < 0.02,
+				      "stopped_s_ago %s", cell(&r, 0, "stopped_s_ago"));
+			an_rows_release(&r);
+		}
+	}
+}
+
+/*
+ * One node's clock runs 50 ms ahead. Corrected through clock.offset_ns: the same
+ * answer as without the offset. Not corrected: that node's ranks look late, but
+ * lateness alone never makes a straggler, and busy + sync still name rank 6.
+ */
+static void t_clock(void)
+{
+	for (int shifted = 1; shifted <= 2; shifted++) {
+		int64_t shift[4] = { 0 };
+		struct job j;
+		struct an_rows r;
+		char tag[32];
+
+		shift[shifted] = 50000000;
+		snprintf(tag, sizeof(tag), "clock%d", shifted);
+		make_job(&j, tag, 16, 4, "--seed 9 --slow-rank 6 --slow-pct 10", shift);
+		j.nodes[shifted].offset_ns = 50000000;
+		if (stragglers(&j, NULL, &r) == 0) {
+			dump("offset corrected", &r);
+			expect_straggler(&r, 6, 3, "offset corrected");
+			CHECK(r.nrows == 1, "offset corrected: %zu rows", r.nrows);
+			an_rows_release(&r);
+		}
+		j.nodes[shifted].offset_ns = 0;
+		if (stragglers(&j, ALL, &r) == 0) {
+			int late_only = 0;
+
+			dump("offset NOT corrected", &r);
+			expect_straggler(&r, 6, 2, "offset not corrected");
+			CHECK(has_signal(an_get(&r, 0, "signals"), "busy") &&
+				      has_signal(an_get(&r, 0, "signals"), "sync"),
+			      "uncorrected: rank 6 signals %s", cell(&r, 0, "signals"));
+			for (size_t i = 1; i < r.nrows; i++)
+				late_only += !strcmp(cell(&r, i, "node"), j.names[shifted]) &&
+					     !strcmp(cell(&r, i, "signals"), "late") &&
+					     !strcmp(cell(&r, i, "verdict"), "ok");
+			/* the shifted node's other ranks: late alone, not flagged */
+			CHECK(late_only == (shifted == 1 ? 3 : 4),
+			      "uncorrected: %d late-only ranks on node%d", late_only, shifted);
+			an_rows_release(&r);
+		}
+	}
+}
+
+/* The node file's contract: columns, window, filters, sync_ns counted once. */
+static void t_node_contract(void)
+{
+	static const char *const cols[] = { "node",   "kind",   "comm_hash", "rank",
+					    "nranks", "pid",    "tid",	     "seq",
+					    "op",     "ts_ns",  "dur_ns",    "busy_ns",
+					    "sync_ns" };
+	const char *win[] = { "max_seqs=50", NULL };
+	const char *nojob[] = { "job=nope", NULL };
+	const char *job[] = { "job=4242", "comm=nope", NULL };
+	const char *since[64];
+	char since_s[64];
+	struct job j;
+	struct an_rows r;
+	char *dump_sql = "SELECT kind, count(*) AS n, sum(sync_ns) AS s, count(DISTINCT seq) AS q "
+			 "FROM results GROUP BY kind ORDER BY kind";
+	const char *ns = "stragglers.node.sql";
+	char *node_sql = sqlfile(ns), *cause = NULL;
+	long long sync_plain = -1;
+
+	make_job(&j, "contract", 4, 1, "--seed 2", NULL);
+	if (!node_sql)
+		return;
+	/* columns, as fleetq's results table will have them */
+	if (an_run(node_sql, "SELECT * FROM results LIMIT 1", j.nodes, 1, NULL, NULL, 0, &r,
+		   &cause) == 0) {
+		CHECK(r.ncols == sizeof(cols) / sizeof(cols[0]), "%zu columns", r.ncols);
+		for (size_t c = 0; c < r.ncols && c < sizeof(cols) / sizeof(cols[0]); c++)
+			CHECK(!strcmp(r.names[c], cols[c]), "column %zu '%s', want '%s'", c,
+			      r.names[c], cols[c]);
+		an_rows_release(&r);
+	}
+	CHECK(cause == NULL, "%s", cause);
+	free(cause);
+	cause = NULL;
+	if (an_run(node_sql, dump_sql, j.nodes, 1, NULL, NULL, 0, &r, &cause) == 0) {
+		CHECK(r.nrows == 3, "kinds: %zu", r.nrows);
+		CHECK(!strcmp(cell(&r, 0, "n"), "800"), "coll rows %s", cell(&r, 0, "n"));
+		CHECK(!strcmp(cell(&r, 1, "n"), "4"), "last rows %s", cell(&r, 1, "n"));
+		CHECK(!strcmp(cell(&r, 2, "n"), "1"), "now rows %s", cell(&r, 2, "n"));
+		sync_plain = atoll(cell(&r, 0, "s"));
+		an_rows_release(&r);
+	}
+	/* sync_ns adds up to every cudaStreamSynchronize after the first enqueue */
+	CHECK(sync_plain == q1(j.paths[0], "SELECT sum(dur_ns) FROM cuda_calls WHERE kind = 'sync'"),
+	      "sum(sync_ns) %lld, want the trace's total", sync_plain);
+	/* a driver call nested inside each runtime call is not counted twice */
+	CHECK(an_exec(j.paths[0], "INSERT INTO cuda_calls (ts_ns, dur_ns, pid, tid, api, kind) "
+		      "SELECT ts_ns + 1000, dur_ns - 2000, pid, tid, 'cuStreamSynchronize', "
+		      "'sync' FROM cuda_calls WHERE api = 'cudaStreamSynchronize'") == 0,
+	      "plant nested syncs");
+	if (an_run(node_sql, dump_sql, j.nodes, 1, NULL, NULL, 0, &r, &cause) == 0) {
+		CHECK(atoll(cell(&r, 0, "s")) == sync_plain, "nested: sum(sync_ns) %s, want %lld",
+		      cell(&r, 0, "s"), sync_plain);
+		an_rows_release(&r);
+	}
+	if (an_run(node_sql, dump_sql, j.nodes, 1, win, NULL, 0, &r, &cause) == 0) {
+		CHECK(!strcmp(cell(&r, 0, "n"), "200") && !strcmp(cell(&r, 0, "q"), "50"),
+		      "max_seqs=50: %s rows, %s seqs", cell(&r, 0, "n"), cell(&r, 0, "q"));
+		CHECK(!strcmp(cell(&r, 1, "n"), "4"), "max_seqs: last rows %s", cell(&r, 1, "n"));
+		an_rows_release(&r);
+	}
+	snprintf(since_s, sizeof(since_s), "since_ns=%lld", START_NS + 100 * 50000000ll);
+	since[0] = since_s;
+	since[1] = NULL;
+	if (an_run(node_sql, dump_sql, j.nodes, 1, since, NULL, 0, &r, &cause) == 0) {
+		int q = atoi(cell(&r, 0, "q"));
+
+		CHECK(q >= 95 && q <= 105, "since_ns: %d seqs", q);
+		an_rows_release(&r);
+	}
+	if (an_run(node_sql, dump_sql, j.nodes, 1, nojob, NULL, 0, &r, &cause) == 0) {
+		CHECK(r.nrows == 1 && !strcmp(cell(&r, 0, "kind"), "now"), "job=nope: %zu kinds",
+		      r.nrows);
+		an_rows_release(&r);
+	}
+	if (an_run(node_sql, dump_sql, j.nodes, 1, job, NULL, 0, &r, &cause) == 0) {
+		CHECK(r.nrows == 1, "comm=nope: %zu kinds", r.nrows);
+		an_rows_release(&r);
+	}
+	CHECK(cause == NULL, "%s", cause);
+	free(cause);
+	free(node_sql);
+}
+
+/* Every node file runs behind agentd's read-only guard and gives the same rows. */
+static void t_guard(void)
+{
+	static const char *const files[][2] = {
+		{ "stragglers.node.sql", "SELECT count(*) AS n, sum(sync_ns) AS s FROM results" },
+		{ "netcheck.node.sql", "SELECT count(*) AS n, NULL AS s FROM results" },
+	};
+	struct job j;
+
+	make_job(&j, "guard", 8, 2, "--seed 4 --slow-rank 3 --slow-pct 10", NULL);
+	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+		char *ns = sqlfile(files[f][0]), *cause = NULL;
+		struct an_rows a, b;
+
+		if (!ns)
+			continue;
+		if (an_run(ns, files[f][1], j.nodes, 2, NULL, NULL, 0, &a, &cause) == 0) {
+			if (an_run(ns, files[f][1], j.nodes, 2, NULL, NULL, 1, &b, &cause) == 0) {
+				CHECK(atoll(cell(&a, 0, "n")) >= 8 &&
+					      !strcmp(cell(&a, 0, "n"), cell(&b, 0, "n")) &&
+					      !strcmp(cell(&a, 0, "s"), cell(&b, 0, "s")),
+				      "%s: plain %s/%s, guarded %s/%s", files[f][0],
+				      cell(&a, 0, "n"), cell(&a, 0, "s"), cell(&b, 0, "n"),
+				      cell(&b, 0, "s"));
+				an_rows_release(&b);
+			}
+			an_rows_release(&a);
+		}
+		CHECK(cause == NULL, "%s: %s", files[f][0], cause);
+		free(cause);
+		free(ns);
+	}
+}
+
+/*
+ * Network trouble on one node: TCP retransmits of node2's ranks fall inside their
+ * slowest collectives; node1's IB port counts symbol errors there. A few retransmits
+ * are spread evenly over the run on every node (background). netcheck must name
+ * node2 (tcp) and node1 (ib), and nothing else.
+ */
+static void t_netcheck(void)
+{
+	struct job j;
+	struct an_rows r;
+	char sql[2048];
+
+	make_job(&j, "net", 16, 4, "--seed 8 --slow-rank 13 --slow-pct 5", NULL);
+	for (int i = 0; i < 4; i++) {
+		/* background: one retransmit every 2 s, unattributed, on every node */
+		snprintf(sql, sizeof(sql),
+			 "WITH RECURSIVE t(x) AS (SELECT %lld UNION ALL SELECT x + 2000000000 "
+			 "FROM t WHERE x < %lld) INSERT INTO tcp_retransmits (ts_ns, pid, saddr, "
+			 "sport, daddr, dport, state) SELECT x, NULL, '10.0.0.%d', 40000, "
+			 "'10.0.0.9', 29500, 'ESTABLISHED' FROM t",
+			 START_NS + 777000000ll, START_NS + 9000000000ll, i + 1);
+		CHECK(an_exec(j.paths[i], sql) == 0, "background %d", i);
+		/* IB counters polled every 100 ms, quiet */
+		snprintf(sql, sizeof(sql),
+			 "WITH RECURSIVE t(x) AS (SELECT %lld UNION ALL SELECT x + 100000000 "
+			 "FROM t WHERE x < %lld) INSERT INTO ib_counters (ts_ns, device, port, "
+			 "counter, value, delta) SELECT x, 'mlx5_0', 1, 'symbol_error', 0, 0 FROM t",
+			 START_NS + 50000000ll, START_NS + 10000000000ll);
+		CHECK(an_exec(j.paths[i], sql) == 0, "ib polls %d", i);
+	}
+	/* node2: 3 retransmits by each rank's process inside each of its slowest collectives */
+	CHECK(an_exec(j.paths[2],
+		      "WITH w AS (SELECT c.pid, c.ts_ns, s.ts_ns + s.dur_ns AS e, "
+		      "row_number() OVER (PARTITION BY c.pid ORDER BY s.dur_ns DESC) AS k "
+		      "FROM collectives c JOIN cuda_calls s ON s.pid = c.pid AND s.kind = 'sync' "
+		      "AND s.ts_ns BETWEEN c.ts_ns AND c.ts_ns + 1000000), "
+		      "n(i) AS (VALUES (1), (2), (3)) "
+		      "INSERT INTO tcp_retransmits (ts_ns, pid, saddr, sport, daddr, dport, state) "
+		      "SELECT w.ts_ns + n.i * (w.e - w.ts_ns) / 4, w.pid, '10.0.0.3', 41000 + w.pid, "
+		      "'10.0.0.7', 29500, 'ESTABLISHED' FROM w, n WHERE w.k <= 20") == 0,
+	      "plant retransmits");
+	/* node1: symbol errors on the poll that falls in its slowest collectives */
+	CHECK(an_exec(j.paths[1],
+		      "WITH w AS (SELECT c.ts_ns, s.ts_ns + s.dur_ns AS e, "
+		      "row_number() OVER (ORDER BY s.dur_ns DESC) AS k "
+		      "FROM collectives c JOIN cuda_calls s ON s.pid = c.pid AND s.kind = 'sync' "
+		      "AND s.ts_ns BETWEEN c.ts_ns AND c.ts_ns + 1000000 WHERE c.rank = 4) "
+		      "INSERT INTO ib_counters (ts_ns, device, port, counter, value, delta) "
+		      "SELECT (w.ts_ns + w.e) / 2, 'mlx5_0', 1, 'symbol_error', 0, 5 FROM w "
+		      "WHERE w.k <= 20") == 0,
+	      "plant ib errors");
+	if (run(&j, "netcheck.node.sql", "netcheck.merge.sql", NULL, NULL, 0, &r) == 0) {
+		int tcp2 = 0, ib1 = 0, other = 0;
+
+		dump("netcheck", &r);
+		for (size_t i = 0; i < r.nrows; i++) {
+			const char *node = cell(&r, i, "node"), *src = cell(&r, i, "source");
+
+			if (!strcmp(node, "node2") && !strcmp(src, "tcp"))
+				tcp2++;
+			else if (!strcmp(node, "node1") && !strcmp(src, "ib"))
+				ib1++;
+			else
+				other++;
+		}
+		CHECK(tcp2 == 4, "netcheck: %d tcp rows for node2's 4 ranks", tcp2);
+		CHECK(ib1 >= 1, "netcheck: %d ib rows for node1", ib1);
+		CHECK(other == 0, "netcheck: %d rows name something else", other);
+		CHECK(r.nrows && atof(cell(&r, 0, "in_per_s")) > 0, "in_per_s %s",
+		      cell(&r, 0, "in_per_s"));
+		an_rows_release(&r);
+	}
+	/* background only: nothing to report */
+	make_job(&j, "netclean", 8, 2, "--seed 8", NULL);
+	for (int i = 0; i < 2; i++) {
+		snprintf(sql, sizeof(sql),
+			 "WITH RECURSIVE t(x) AS (SELECT %lld UNION ALL SELECT x + 1000000000 "
+			 "FROM t WHERE x < %lld) INSERT INTO tcp_retransmits (ts_ns, pid, saddr, "
+			 "sport, daddr, dport, state) SELECT x, 4000, '10.0.0.%d', 40000, "
+			 "'10.0.0.9', 29500, 'ESTABLISHED' FROM t",
+			 START_NS + 333000000ll, START_NS + 9000000000ll, i + 1);
+		CHECK(an_exec(j.paths[i], sql) == 0, "background %d", i);
+	}
+	if (run(&j, "netcheck.node.sql", "netcheck.merge.sql", NULL, NULL, 0, &r) == 0) {
+		CHECK(r.nrows == 0, "netcheck, background only: %zu rows", r.nrows);
+		if (r.nrows)
+			dump("netcheck background", &r);
+		an_rows_release(&r);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *t;
+
+	if (argc != 5) {
+		fprintf(stderr, "usage: test_analysis SCENARIO FQ-TRACEGEN SQL-DIR WORKDIR\n");
+		return 2;
+	}
+	t = argv[1];
+	gen = argv[2];
+	sqldir = argv[3];
+	mkdir(argv[4], 0755);
+	snprintf(dir, sizeof(dir), "%s/%s", argv[4], t);
+	mkdir(dir, 0755);
+	if (!strcmp(t, "clean"))
+		t_clean();
+	else if (!strcmp(t, "slow20"))
+		t_slow("20");
+	else if (!strcmp(t, "slow10"))
+		t_slow("10");
+	else if (!strcmp(t, "slow5"))
+		t_slow("5");
+	else if (!strcmp(t, "pair20"))
+		t_pair("20", 0);
+	else if (!strcmp(t, "pair80"))
+		t_pair("80", 1);
+	else if (!strcmp(t, "three"))
+		t_three();
+	else if (!strcmp(t, "hang"))
+		t_hang();
+	else if (!strcmp(t, "clock"))
+		t_clock();
+	else if (!strcmp(t, "node_contract"))
+		t_node_contract();
+	else if (!strcmp(t, "guard"))
+		t_guard();
+	else if (!strcmp(t, "netcheck"))
+		t_netcheck();
+	else {
+		fprintf(stderr, "test_analysis: unknown scenario '%s'\n", t);
+		return 2;
+	}
+	return check_done(t);
+}
