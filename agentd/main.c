@@ -5,11 +5,17 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <event2/thread.h>
@@ -46,6 +52,9 @@ static const char usage_text[] =
 	"  --timeout-ms N         longest a query may run (default: 30000)\n"
 	"  --max-queries N        queries running at once (default: 8)\n"
 	"  --idle-timeout SEC     close sessions idle this long (default: 60)\n"
+	"  --handshake-timeout SEC  close sessions whose TLS handshake takes longer (default: 10)\n"
+	"  --max-conns N          sessions open at once; more are refused (default: 256)\n"
+	"  --user NAME            with --no-trace: switch to this user once listening\n"
 	"  --drain-timeout SEC    on SIGTERM, how long running queries may finish (default: 10)\n"
 	"  --port-file FILE       write the bound port here once listening\n"
 	"  --log FILE             log here instead of stderr\n"
@@ -71,6 +80,9 @@ enum {
 	OPT_TIMEOUT,
 	OPT_MAX_QUERIES,
 	OPT_IDLE,
+	OPT_HANDSHAKE,
+	OPT_MAX_CONNS,
+	OPT_USER,
 	OPT_DRAIN,
 	OPT_PORT_FILE,
 	OPT_LOG,
@@ -96,6 +108,9 @@ static const struct option longopts[] = {
 	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
 	{ "max-queries", required_argument, NULL, OPT_MAX_QUERIES },
 	{ "idle-timeout", required_argument, NULL, OPT_IDLE },
+	{ "handshake-timeout", required_argument, NULL, OPT_HANDSHAKE },
+	{ "max-conns", required_argument, NULL, OPT_MAX_CONNS },
+	{ "user", required_argument, NULL, OPT_USER },
 	{ "drain-timeout", required_argument, NULL, OPT_DRAIN },
 	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
 	{ "log", required_argument, NULL, OPT_LOG },
@@ -120,6 +135,135 @@ static int num(const char *opt, const char *s, int64_t min, int64_t max, int64_t
 	return 0;
 }
 
+/* ---- privileges (docs/security.md) ---- */
+
+/*
+ * What the tracer's threads keep: loading and attaching BPF programs and
+ * uprobes in processes that start later (CAP_BPF, CAP_PERFMON, and
+ * CAP_SYS_ADMIN: measured on 6.18, perf_event_open of a uprobe fails with
+ * EACCES without it), reading /proc/PID/{maps,environ,root} of other users'
+ * processes (CAP_SYS_PTRACE), opening their libraries wherever they live
+ * (CAP_DAC_READ_SEARCH), and raising RLIMIT_MEMLOCK where the kernel still
+ * charges BPF maps to it (CAP_SYS_RESOURCE). Everything else goes before the
+ * tracer starts; the threads that serve queries keep nothing.
+ */
+#ifdef FLEETQ_HAVE_TRACE
+static const int trace_caps[] = { CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH,
+				  CAP_SYS_RESOURCE };
+#endif
+
+/*
+ * Drops from this thread's bounding set every capability not in keep[] and
+ * sets SECBIT_NOROOT (locked), so that no later exec, even as uid 0, gains a
+ * capability. Needs CAP_SETPCAP; without it (not root, or already dropped)
+ * there is nothing this could add, and it returns 0. Threads created
+ * afterwards inherit the result; capabilities are per thread.
+ */
+static int caps_bound(const int *keep, size_t nkeep)
+{
+	int cap, last = CAP_LAST_CAP;
+	size_t i;
+	FILE *f;
+
+	if (prctl(PR_CAPBSET_READ, CAP_SETPCAP, 0, 0, 0) != 1)
+		return 0;
+	/* The running kernel may know more capabilities than our headers. */
+	f = fopen("/proc/sys/kernel/cap_last_cap", "r");
+	if (f) {
+		if (fscanf(f, "%d", &last) != 1 || last < 0 || last > 63)
+			last = CAP_LAST_CAP;
+		fclose(f);
+	}
+	if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED, 0, 0, 0) &&
+	    errno != EPERM)
+		return -errno;
+	for (cap = 0; cap <= last; cap++) {
+		int kept = 0;
+
+		for (i = 0; i < nkeep; i++)
+			kept |= keep[i] == cap;
+		/* EPERM: CAP_SETPCAP is not effective here (not root): nothing to drop. */
+		if (!kept && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) && errno != EINVAL &&
+		    errno != EPERM)
+			return -errno;
+	}
+	return 0;
+}
+
+/*
+ * Sets this thread's effective and permitted capabilities to those of keep[]
+ * it holds now (a container may have withheld some), the rest empty.
+ */
+static int caps_set(const int *keep, size_t nkeep)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct now[_LINUX_CAPABILITY_U32S_3] = { { 0 } };
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = { { 0 } };
+	size_t i;
+
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) && errno != EINVAL)
+		return -errno;
+	if (syscall(SYS_capget, &hdr, now))
+		return -errno;
+	for (i = 0; i < nkeep; i++) {
+		unsigned idx = CAP_TO_INDEX(keep[i]), bit = CAP_TO_MASK(keep[i]);
+
+		if (!(now[idx].permitted & bit))
+			continue;
+		data[idx].effective |= bit;
+		data[idx].permitted |= bit;
+	}
+	return syscall(SYS_capset, &hdr, data) ? -errno : 0;
+}
+
+/*
+ * The last step of setup, on the thread that then runs the event loop and
+ * starts every query worker: optionally become user (supplementary groups,
+ * gid, uid), then keep no capability at all, and let no exec gain any.
+ * 0, or -errno with *cause.
+ */
+static int privs_drop(const char *user, char **cause)
+{
+	const char *step = "drop capabilities";
+	int err;
+
+	err = caps_bound(NULL, 0);
+	if (err)
+		goto fail;
+	if (user) {
+		struct passwd *pw;
+
+		errno = 0;
+		pw = getpwnam(user);
+		if (!pw) {
+			err = errno ? errno : ENOENT;
+			if (asprintf(cause, "cannot switch to user '%s': %s; name an existing "
+				     "user in --user", user,
+				     errno ? strerror(errno) : "no such user") < 0)
+				*cause = NULL;
+			return -err;
+		}
+		/* glibc applies these to every thread of the process. */
+		if (initgroups(pw->pw_name, pw->pw_gid) || setresgid(pw->pw_gid, pw->pw_gid,
+								    pw->pw_gid) ||
+		    setresuid(pw->pw_uid, pw->pw_uid, pw->pw_uid)) {
+			err = errno;
+			if (asprintf(cause, "cannot switch to user '%s': %s; run agentd as root "
+				     "to use --user", user, strerror(err)) < 0)
+				*cause = NULL;
+			return -err;
+		}
+		step = "drop capabilities after switching user";
+	}
+	err = caps_set(NULL, 0);
+	if (!err && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		err = -errno;
+fail:
+	if (err && asprintf(cause, "cannot %s: %s", step, strerror(-err)) < 0)
+		*cause = NULL;
+	return err;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *allow[MAX_ALLOW];
@@ -130,10 +274,12 @@ int main(int argc, char **argv)
 		.max_queries = 8,
 		.idle_timeout_s = 60,
 		.handshake_timeout_s = 10,
+		.max_conns = 256,
 		.drain_timeout_s = 10,
 		.allow = allow,
 	};
 	const char *cgroup = NULL, *probes = NULL, *sysfs_root = NULL, *log_path = NULL;
+	const char *user = NULL;
 	int64_t ib_interval = 1, v;
 	int insecure = 0, no_trace = 0, opt, rc = 1;
 	struct sockaddr_storage ss;
@@ -213,6 +359,19 @@ int main(int argc, char **argv)
 				return 2;
 			so.idle_timeout_s = (int)v;
 			break;
+		case OPT_HANDSHAKE:
+			if (num("handshake-timeout", optarg, 1, 3600, &v))
+				return 2;
+			so.handshake_timeout_s = (int)v;
+			break;
+		case OPT_MAX_CONNS:
+			if (num("max-conns", optarg, 1, 65536, &v))
+				return 2;
+			so.max_conns = (int)v;
+			break;
+		case OPT_USER:
+			user = optarg;
+			break;
 		case OPT_DRAIN:
 			if (num("drain-timeout", optarg, 0, 3600, &v))
 				return 2;
@@ -274,6 +433,12 @@ int main(int argc, char **argv)
 		host[sizeof(host) - 1] = '\0';
 		so.node = host;
 	}
+	/* A user switch applies to every thread, the tracer's too, which needs root. */
+	if (user && !no_trace) {
+		fprintf(stderr, "agentd: --user works only with --no-trace: the tracer keeps root "
+				"with a few capabilities (see docs/security.md)\n");
+		return 2;
+	}
 #ifndef FLEETQ_HAVE_TRACE
 	(void)cgroup, (void)probes, (void)sysfs_root, (void)tracer;
 	if (!no_trace) {
@@ -315,6 +480,20 @@ int main(int argc, char **argv)
 			.ib_interval_s = (int)ib_interval,
 		};
 
+		size_t ntc = sizeof(trace_caps) / sizeof(trace_caps[0]);
+		int err = geteuid() == 0 ? caps_bound(trace_caps, ntc) : 0;
+
+		/*
+		 * The tracer's threads inherit this set; the loop thread drops the
+		 * rest below. Not being root is no error: nothing to drop then.
+		 */
+		if (!err && geteuid() == 0)
+			err = caps_set(trace_caps, ntc);
+		if (err) {
+			fprintf(stderr, "agentd: cannot limit capabilities before tracing: %s\n",
+				strerror(-err));
+			goto out;
+		}
 		tracer = tracer_start(&to, &cause);
 		if (!tracer) {
 			fprintf(stderr, "agentd: %s\n", cause ? cause : "cannot start the tracer");
@@ -335,6 +514,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "agentd: %s\n", cause ? cause : strerror(errno));
 		goto out;
 	}
+	/* Listening, files open, probes attached: the network side needs no privilege. */
+	if (privs_drop(user, &cause)) {
+		fprintf(stderr, "agentd: %s\n", cause ? cause : "cannot drop privileges");
+		log_line("%s", cause ? cause : "cannot drop privileges");
+		goto out;
+	}
+	log_line("privileges: uid %d, no capabilities on the query side, no_new_privs",
+		 (int)geteuid());
 	if (server_run(srv) == 0)
 		rc = 0;
 	log_line("stopped");

@@ -36,6 +36,12 @@
 #define CLOSING_TIMEOUT_S 10 /* a client that stops reading our last frame */
 #define LINGER_TIMEOUT_S 2   /* waiting for the client's FIN after ours */
 #define STOP_GRACE_S 5	     /* after stopping queries at shutdown, before giving up */
+/*
+ * Past --max-conns, this many more sessions are still accepted only to be
+ * told "busy" in an ERROR frame (under TLS a client can read nothing else);
+ * past that, new connections are closed at once, which costs us nothing.
+ */
+#define REFUSE_SLACK 64
 
 /*
  * A session moves HANDSHAKE -> READY -> CLOSING -> LINGER -> freed, or is
@@ -61,6 +67,7 @@ struct conn {
 	struct query *q;	    /* the running query, at most one */
 	char addr[64];		    /* "ip:port" of the client */
 	char id[256];		    /* verified client CN, "" in plaintext */
+	int over_cap;		    /* accepted past --max-conns: refuse with BUSY */
 };
 
 struct server {
@@ -74,6 +81,9 @@ struct server {
 	struct event drain_timer; /* SIGTERM: end of the grace period */
 	int draining;		  /* 1: waiting for queries, 2: stopping them */
 	TAILQ_HEAD(, conn) conns;
+	int nconns;		   /* sessions in conns */
+	int64_t cap_log_ns;	   /* last "closed at once" line: at most one a second */
+	unsigned long cap_closed; /* connections closed at once since that line */
 	struct wire_buf scratch; /* loop-thread frames: HELLO, PONG, ERROR, END */
 	sqlite3 *meta;		 /* HELLO's view of the meta table */
 	int64_t schema_version;
@@ -302,6 +312,7 @@ static void conn_free(struct conn *c)
 	if (c->bev)
 		bufferevent_free(c->bev); /* closes the socket and frees the SSL */
 	TAILQ_REMOVE(&s->conns, c, entry);
+	s->nconns--;
 	free(c);
 	check_drained(s);
 }
@@ -528,6 +539,19 @@ static void process_input(struct conn *c)
 	}
 }
 
+/* A session past --max-conns: one line in the log, ERROR BUSY to the client. */
+static void refuse_busy(struct conn *c)
+{
+	struct server *s = c->srv;
+
+	log_line("refused client %s: %d sessions open (--max-conns %d)", c->addr, s->nconns - 1,
+		 s->o->max_conns);
+	c->state = CONN_READY; /* so that send_error's close path runs */
+	send_error(c, WIRE_E_BUSY,
+		   "agent busy: %d sessions open (--max-conns %d); retry later", s->nconns - 1,
+		   s->o->max_conns);
+}
+
 static void on_handshake(struct conn *c)
 {
 	struct server *s = c->srv;
@@ -543,6 +567,10 @@ static void on_handshake(struct conn *c)
 		c->state = CONN_READY; /* so that send_error's close path runs */
 		send_error(c, WIRE_E_AUTH, "%s", cause ? cause : "client certificate refused");
 		free(cause);
+		return;
+	}
+	if (c->over_cap) {
+		refuse_busy(c);
 		return;
 	}
 	c->state = CONN_READY;
@@ -624,10 +652,24 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 
 	if (s->draining)
 		goto fail;
+	if (s->nconns >= s->o->max_conns + REFUSE_SLACK) {
+		int64_t now = clock_ns(CLOCK_MONOTONIC);
+
+		s->cap_closed++;
+		if (now - s->cap_log_ns >= 1000000000) {
+			log_line("closed %lu connections at once: %d sessions open, over "
+				 "--max-conns %d by %d",
+				 s->cap_closed, s->nconns, s->o->max_conns, REFUSE_SLACK);
+			s->cap_log_ns = now;
+			s->cap_closed = 0;
+		}
+		goto fail;
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		goto fail;
 	c->srv = s;
+	c->over_cap = s->nconns >= s->o->max_conns;
 	format_addr(sa, c->addr, sizeof(c->addr));
 	/* Small frames (HELLO, PONG) carry clock samples: send them at once. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -655,9 +697,12 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	evtimer_assign(&c->timer, s->base, timer_cb, c);
 	event_assign(&c->wake, s->base, -1, 0, wake_cb, c);
 	TAILQ_INSERT_TAIL(&s->conns, c, entry);
+	s->nconns++;
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	if (c->state == CONN_HANDSHAKE) {
 		arm_timer(c, s->o->handshake_timeout_s);
+	} else if (c->over_cap) {
+		refuse_busy(c);
 	} else {
 		send_hello(c);
 		arm_timer(c, s->o->idle_timeout_s);

@@ -24,6 +24,7 @@ struct server_opts {
 	int max_queries;
 	int idle_timeout_s;
 	int handshake_timeout_s;
+	int max_conns;	       /* sessions at once; past it new ones get ERROR BUSY */
 	int drain_timeout_s;   /* SIGTERM: how long running queries may finish */
 	const char *port_file; /* written with the bound port once listening */
 	struct tracer *tracer; /* NULL: no tracer (drops/lag reported as 0) */

@@ -117,6 +117,8 @@ struct expand {
 	char buf[HOST_MAX];
 };
 
+#define HOSTLIST_MAX_TEXT "1000000" /* HOSTLIST_MAX, for messages */
+
 static int bad(struct expand *x, const char *why)
 {
 	if (x->cause && asprintf(x->cause, "invalid host expression '%s': %s", x->expr, why) < 0)
@@ -213,6 +215,50 @@ static int expand_rest(struct expand *x, size_t pos, const char *s, size_t len)
 	return 0;
 }
 
+/*
+ * How many hosts s[0..len) expands to, saturating at limit + 1, counted
+ * before any is made: "h[0-9]-[0-9][0-94531]" would otherwise build a
+ * million hosts only to be refused at the last one. Malformed brackets count
+ * as 1; expand_rest() says what is wrong with them.
+ */
+static size_t expansion_size(const char *s, size_t len, size_t limit)
+{
+	const char *end = s + len, *open, *close, *p;
+	size_t total = 1;
+
+	while ((open = memchr(s, '[', (size_t)(end - s))) &&
+	       (close = memchr(open, ']', (size_t)(end - open)))) {
+		size_t group = 0;
+
+		for (p = open + 1; p < close;) {
+			unsigned long long a = 0, b;
+			int digits = 0;
+
+			while (p < close && isdigit((unsigned char)*p) && digits < 19)
+				a = a * 10 + (unsigned)(*p++ - '0'), digits++;
+			b = a;
+			if (p < close && *p == '-') {
+				b = 0;
+				digits = 0;
+				for (p++; p < close && isdigit((unsigned char)*p) && digits < 19; p++)
+					b = b * 10 + (unsigned)(*p - '0'), digits++;
+			}
+			group += b >= a && b - a < limit ? (size_t)(b - a) + 1 : 1;
+			if (group > limit)
+				return limit + 1;
+			while (p < close && *p != ',')
+				p++;
+			if (p < close)
+				p++;
+		}
+		if (group && total > limit / group)
+			return limit + 1;
+		total *= group ? group : 1;
+		s = close + 1;
+	}
+	return total;
+}
+
 /* One comma-free element: a literal, an IPv6 literal or a bracket expression. */
 static int expand_one(struct expand *x, const char *s, size_t len)
 {
@@ -245,6 +291,10 @@ static int expand_one(struct expand *x, const char *s, size_t len)
 		if (!x->budget--)
 			return bad(x, "expands to too many hosts");
 		return add_host(x->hl, x->buf);
+	}
+	if (expansion_size(s, len, x->budget) > x->budget) {
+		bad(x, "expands to more than " HOSTLIST_MAX_TEXT " hosts");
+		return -E2BIG;
 	}
 	return expand_rest(x, 0, s, len);
 }
