@@ -77,6 +77,11 @@ int coverage_outcome(const struct coverage *c, size_t i)
 	return c->nodes[i].outcome;
 }
 
+const char *coverage_message(const struct coverage *c, size_t i)
+{
+	return c->nodes[i].message;
+}
+
 size_t coverage_count(const struct coverage *c, int outcome)
 {
 	size_t k = 0;

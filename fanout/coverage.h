@@ -16,6 +16,7 @@ enum fq_exit {
 	FQ_EXIT_USAGE = 2,    /* usage, configuration or local error */
 	FQ_EXIT_COVERAGE = 3, /* fewer nodes answered fully than --min-coverage asks */
 	FQ_EXIT_TLS = 4,      /* TLS/authentication failed on at least one node */
+	FQ_EXIT_HANG = 5,     /* stragglers: a hung rank (wins over 1, 4 and 3) */
 };
 
 enum fq_outcome {
@@ -44,6 +45,8 @@ void coverage_free(struct coverage *c);
 /* Records node i's outcome; message (may be NULL) is copied. */
 void coverage_set(struct coverage *c, size_t i, int outcome, int64_t rows, const char *message);
 int coverage_outcome(const struct coverage *c, size_t i);
+/* Node i's message (why it failed), or NULL; owned by c. */
+const char *coverage_message(const struct coverage *c, size_t i);
 size_t coverage_count(const struct coverage *c, int outcome);
 size_t coverage_total(const struct coverage *c);
 

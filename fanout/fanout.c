@@ -34,6 +34,7 @@ enum node_state {
 	N_CONNECTING, /* TCP */
 	N_HANDSHAKE,  /* TLS */
 	N_HELLO,      /* connected, waiting for the agent's HELLO */
+	N_PING,	      /* a PING sent, waiting for its PONG */
 	N_COLUMNS,    /* QUERY sent */
 	N_ROWS,
 	N_DONE,
@@ -59,6 +60,9 @@ struct node {
 	int64_t rows;
 	size_t ncols;
 	char *last_error;
+	int64_t t_lo;	/* CLOCK_REALTIME before the agent could have built its HELLO */
+	int pings_sent;
+	struct fanout_node_info info;
 };
 
 struct fanout {
@@ -77,6 +81,7 @@ struct fanout {
 	struct wire_value *vals;
 	size_t vals_cap;
 	struct wire_buf out;
+	struct wire_value *params; /* per-node copy of p->params (the clock one shifted) */
 	int64_t start_ms;
 	int64_t rows_total;
 	char *fatal; /* a local failure that stops the fan-out */
@@ -88,6 +93,14 @@ static int64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static struct timeval ms_tv(int64_t ms)
@@ -175,8 +188,11 @@ struct fanout *fanout_new(const struct fanout_params *p, char **cause)
 	fo->n = p->nhosts;
 	wire_buf_init(&fo->out);
 	fo->nodes = calloc(fo->n ? fo->n : 1, sizeof(*fo->nodes));
-	if (!fo->nodes)
+	fo->params = calloc(p->nparams ? p->nparams : 1, sizeof(*fo->params));
+	if (!fo->nodes || !fo->params)
 		goto fail;
+	if (p->nparams)
+		memcpy(fo->params, p->params, p->nparams * sizeof(*fo->params));
 	for (size_t i = 0; i < fo->n; i++) {
 		struct node *n = &fo->nodes[i];
 		struct in6_addr a;
@@ -252,10 +268,17 @@ void fanout_free(struct fanout *fo)
 		return;
 	for (size_t i = 0; i < fo->n; i++) {
 		node_release(&fo->nodes[i]);
+		struct fanout_node_info *in = &fo->nodes[i].info;
+
 		free(fo->nodes[i].host);
 		free(fo->nodes[i].last_error);
+		free(in->agent_version);
+		free(in->node);
+		free(in->clock_source);
+		free(in->peer);
 	}
 	free(fo->nodes);
+	free(fo->params);
 	free(fo->vals);
 	free(fo->fatal);
 	wire_buf_release(&fo->out);
@@ -332,6 +355,9 @@ static void start_session(struct node *n)
 	int one = 1;
 
 	setsockopt(n->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* The agent builds its HELLO after our ClientHello: a bound for the clock sample. */
+	if (!fo->p->insecure)
+		n->t_lo = realtime_ns();
 	if (fo->p->insecure) {
 		n->bev = bufferevent_socket_new(fo->base, n->fd, BEV_OPT_CLOSE_ON_FREE);
 		n->state = N_HELLO;
@@ -399,6 +425,8 @@ static void try_connect(struct node *n)
 			node_error_text(n, "socket", errno);
 			continue;
 		}
+		/* A plaintext agent sends HELLO once it accepts: after this. */
+		n->t_lo = realtime_ns();
 		if (connect(n->fd, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS) {
 			event_assign(&n->ev_connect, fo->base, n->fd, EV_WRITE, connect_cb, n);
 			event_add(&n->ev_connect, NULL);
@@ -487,18 +515,60 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/*
+ * One clock sample: the agent read its clock (t2) somewhere between t1 and t3
+ * on ours; assuming the middle, its offset is t2 - (t1 + rtt/2), off by at
+ * most rtt/2. The sample with the smallest rtt is the one kept (NTP-style).
+ */
+static void clock_sample(struct node *n, int64_t t1, int64_t t2, int64_t t3)
+{
+	struct fanout_node_info *in = &n->info;
+	int64_t rtt = t3 - t1;
+
+	if (rtt < 0 || !t1 || !t2)
+		return;
+	if (!in->samples || rtt < in->rtt_ns) {
+		in->rtt_ns = rtt;
+		in->offset_ns = t2 - (t1 + rtt / 2);
+	}
+	in->samples++;
+}
+
+static void send_ping(struct node *n)
+{
+	struct fanout *fo = n->fo;
+	struct wire_ping ping = { .t1_ns = realtime_ns() };
+
+	wire_buf_reset(&fo->out);
+	if (wire_put_ping(&fo->out, WIRE_PING, &ping)) {
+		set_fatal(fo, strdup("cannot encode PING"));
+		return;
+	}
+	bufferevent_write(n->bev, fo->out.data, fo->out.len);
+	n->pings_sent++;
+	n->state = N_PING;
+}
+
 static void send_query(struct node *n)
 {
 	struct fanout *fo = n->fo;
-	int64_t left = fo->start_ms + fo->p->timeout_ms - now_ms();
+	const struct fanout_params *p = fo->p;
+	int64_t left = fo->start_ms + p->timeout_ms - now_ms();
 	struct wire_query q = {
 		.id = n->idx + 1,
-		.sql = fo->p->sql,
-		.max_rows = fo->p->max_rows,
+		.sql = p->sql,
+		.max_rows = p->max_rows,
 		/* The agent may stop by itself when nobody will wait any more. */
 		.timeout_ms = left > 1 ? left : 1,
+		.nparams = p->nparams,
+		.params = fo->params,
 	};
 
+	/* A window start on our clock, moved onto this node's. */
+	if (p->clock_param && p->clock_param <= p->nparams &&
+	    p->params[p->clock_param - 1].type == WIRE_INT)
+		fo->params[p->clock_param - 1].i =
+			p->params[p->clock_param - 1].i + n->info.offset_ns;
 	wire_buf_reset(&fo->out);
 	if (wire_put_query(&fo->out, &q)) {
 		set_fatal(fo, strdup("cannot encode QUERY"));
@@ -506,6 +576,38 @@ static void send_query(struct node *n)
 	}
 	bufferevent_write(n->bev, fo->out.data, fo->out.len);
 	n->state = N_COLUMNS;
+}
+
+/* After HELLO and after each PONG: the next PING, the query, or done. */
+static void session_next(struct node *n)
+{
+	if (n->pings_sent < n->fo->p->pings)
+		send_ping(n);
+	else if (n->fo->p->sql)
+		send_query(n);
+	else
+		node_finish(n, FQ_OK, NULL);
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+static void on_hello(struct node *n, const struct wire_hello *h)
+{
+	struct fanout_node_info *in = &n->info;
+
+	in->hello = 1;
+	in->agent_version = dup_or_null(h->agent_version);
+	in->node = dup_or_null(h->node);
+	in->clock_source = dup_or_null(h->clock_source);
+	in->peer = dup_or_null(h->peer_identity);
+	in->schema_version = h->schema_version;
+	in->ring_drops = h->ring_drops;
+	in->store_lag_ns = h->store_lag_ns;
+	if (h->realtime_ns)
+		clock_sample(n, n->t_lo, h->realtime_ns, realtime_ns());
 }
 
 static void on_error_frame(struct node *n, const struct wire_error *e)
@@ -651,7 +753,17 @@ static int on_frame(struct node *n, const void *frame, size_t len)
 			event_del(&n->ev_timer);
 			n->timer_set = 0;
 		}
-		send_query(n);
+		on_hello(n, &msg.u.hello);
+		session_next(n);
+		break;
+	case N_PING:
+		if (msg.type != WIRE_PONG) {
+			node_finish(n, FQ_PROTOCOL, "expected PONG, got %s",
+				    wire_type_name(msg.type));
+			break;
+		}
+		clock_sample(n, msg.u.ping.t1_ns, msg.u.ping.t2_ns, realtime_ns());
+		session_next(n);
 		break;
 	case N_COLUMNS:
 		if (msg.type == WIRE_COLUMNS)
@@ -774,6 +886,9 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 				    "closed before HELLO (agent refused our certificate?): %s",
 				    why);
 		break;
+	case N_PING:
+		node_finish(n, FQ_PARTIAL, "connection lost while sampling the clock: %s", why);
+		break;
 	default:
 		node_finish(n, FQ_PARTIAL,
 			    "connection lost after %" PRId64 " rows, rows dropped: %s", n->rows,
@@ -803,6 +918,9 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 		case N_HANDSHAKE:
 		case N_HELLO:
 			node_finish(n, FQ_TIMEOUT, "not connected within %gs", secs);
+			break;
+		case N_PING:
+			node_finish(n, FQ_TIMEOUT, "no PONG within %gs", secs);
 			break;
 		default:
 			node_finish(n, FQ_TIMEOUT, "no END within %gs%s", secs,
@@ -865,6 +983,10 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	}
 	if (!err)
 		err = merge_finish(m, cause);
+	for (size_t i = 0; i < fo->n && !err; i++)
+		if (fo->nodes[i].info.samples)
+			err = merge_clock(m, fo->nodes[i].name, fo->nodes[i].info.offset_ns,
+					  fo->nodes[i].info.rtt_ns, cause);
 out:
 	for (size_t i = 0; i < fo->n; i++)
 		node_release(&fo->nodes[i]);
@@ -877,4 +999,9 @@ out:
 	event_base_free(fo->base);
 	fo->base = NULL;
 	return err;
+}
+
+const struct fanout_node_info *fanout_node_info(const struct fanout *fo, size_t i)
+{
+	return &fo->nodes[i].info;
 }

@@ -2,8 +2,9 @@
 /*
  * The fan-out: one libevent loop, at most `window` connections in flight,
  * one overall deadline. Each node goes resolving -> connecting -> TLS
- * handshake -> HELLO -> QUERY -> COLUMNS -> ROWS* -> END; rows stream into
- * the merge database, every node's outcome into the coverage.
+ * handshake -> HELLO -> (PING -> PONG)* -> QUERY -> COLUMNS -> ROWS* -> END;
+ * rows stream into the merge database, clock samples into its table clock,
+ * every node's outcome into the coverage.
  */
 #ifndef FLEETQ_FANOUT_H
 #define FLEETQ_FANOUT_H
@@ -23,9 +24,33 @@ struct fanout_params {
 	int window;		    /* connections in flight */
 	int64_t connect_timeout_ms; /* until HELLO */
 	int64_t timeout_ms;	    /* the whole fan-out */
-	const char *sql;
+	const char *sql;  /* NULL: no query, the session ends after the pings (fleetq ping) */
 	int64_t max_rows; /* per node, 0 = agent default */
 	int progress;	  /* progress line on stderr */
+	/* Values for the query's parameters, in order (outlive the fanout). */
+	const struct wire_value *params;
+	size_t nparams;
+	/*
+	 * 1-based index of a parameter holding a time on the coordinator's
+	 * CLOCK_REALTIME (WIRE_INT ns); each node gets it plus that node's clock
+	 * offset, so a window start means the same instant everywhere. 0: none.
+	 */
+	size_t clock_param;
+	int pings; /* PINGs per node between HELLO and QUERY, one at a time */
+};
+
+/*
+ * What a node said about itself (its HELLO) and its clock, as measured:
+ * the sample with the smallest round trip among the HELLO and the PINGs.
+ * offset_ns = node clock minus coordinator clock.
+ */
+struct fanout_node_info {
+	int hello;	   /* its HELLO arrived */
+	int samples;	   /* clock samples taken (0: offset/rtt unknown) */
+	int64_t offset_ns; /* node CLOCK_REALTIME minus ours */
+	int64_t rtt_ns;
+	char *agent_version, *node, *clock_source, *peer;
+	int64_t schema_version, ring_drops, store_lag_ns;
 };
 
 struct fanout;
@@ -42,5 +67,8 @@ void fanout_free(struct fanout *fo);
  * 0, or -errno with *cause for local failures (the merge database).
  */
 int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **cause);
+
+/* Node i's HELLO and clock, valid after fanout_run() until fanout_free(). */
+const struct fanout_node_info *fanout_node_info(const struct fanout *fo, size_t i);
 
 #endif

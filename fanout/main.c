@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fleetq: send one SQL query to every node's agentd, merge the answers and
- * say which nodes answered. Subcommands go through commands[]; a first
- * argument that names none is the query itself.
+ * say which nodes answered. Subcommands go through commands[]; the first
+ * argument after the global options that names none is the query itself.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -12,8 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "analysis.h"
 #include "config.h"
 #include "coverage.h"
 #include "fanout.h"
@@ -28,12 +30,20 @@
 
 static const char usage_text[] =
 	"usage: fleetq [OPTIONS] \"SQL\"\n"
+	"       fleetq [OPTIONS] stragglers | netcheck | ping [OPTIONS]\n"
 	"       fleetq help | version\n"
 	"\n"
 	"Sends one read-only SQL query to agentd on every node, merges the rows into\n"
 	"a table 'results' (first column: node) and prints them, or the result of\n"
 	"--merge over them. A coverage summary on stderr says which nodes answered.\n"
-	"SQL \"-\" reads the query from standard input.\n"
+	"SQL \"-\" reads the query from standard input. Options may also follow the\n"
+	"subcommand (fleetq stragglers -w gpu[01-04] --since 5m).\n"
+	"\n"
+	"subcommands:\n"
+	"  stragglers               rank the ranks that slow their communicators, and hung ones\n"
+	"  netcheck                 TCP retransmits and InfiniBand errors inside slow collectives\n"
+	"  ping                     per node: round trip, clock offset, agent, trace health\n"
+	"  query SQL                the plain query (also without the word 'query')\n"
 	"\n"
 	"hosts:\n"
 	"  --hosts FILE             one host[:port] or hostlist expression per line, # comments\n"
@@ -52,26 +62,42 @@ static const char usage_text[] =
 	"  --connect-timeout SEC    per node, until the agent's HELLO (default 5)\n"
 	"  --timeout SEC            deadline for the whole fan-out (default 30)\n"
 	"  --max-rows N             row limit per node, sent to the agents\n"
+	"  --pings N                clock samples per node after HELLO (default 4 for the\n"
+	"                           subcommands, 0 for queries: HELLO's clock only)\n"
 	"\n"
 	"results:\n"
 	"  --merge SQL              run SQL over the merged table 'results' and print that\n"
+	"                           (table 'clock' has node, offset_ns, rtt_ns)\n"
 	"  --format FMT             table, csv, tsv, json, ndjson\n"
-	"                           (default: table on a terminal, else tsv)\n"
+	"                           (default: table on a terminal, else tsv; subcommands:\n"
+	"                           a report, unless --format is given)\n"
 	"  --min-coverage FRACTION  fewest nodes that must answer fully, 0..1 (default 1.0)\n"
-	"  -q, --quiet              no coverage summary on stderr\n"
+	"  -q, --quiet              no summaries on stderr\n"
 	"  -h, --help               this text\n"
 	"  --version                print the version\n"
 	"\n"
+	"stragglers and netcheck:\n"
+	"  --since DUR              window: the last DUR (30s, 5m, 2h; default 60s), on each\n"
+	"                           node's clock corrected by its offset; 'all' for all time\n"
+	"  --job ID                 only processes of this job (SLURM_JOB_ID)\n"
+	"  --comm HASH              only this communicator (16 hex digits)\n"
+	"  --threshold Z            robust z-score that counts as deviant (default 3.5)\n"
+	"  --all                    every rank (stragglers) or every counter (netcheck)\n"
+	"  --show-sql               print the node and merge SQL with their parameters, exit\n"
+	"\n"
 	"config file: $FLEETQ_CONFIG, else ~/.config/fleetq/config, else\n"
 	"/etc/fleetq/fleetq.conf; 'key = value' lines for ca, cert, key, port, fanout,\n"
-	"timeout, connect_timeout, format. Flags win.\n"
+	"timeout, connect_timeout, format. Flags win. Analysis SQL: $FLEETQ_SQL_DIR, else\n"
+	"the installed files, else the ones built in.\n"
 	"\n"
-	"exit status:\n"
-	"  0  every node answered (or at least --min-coverage of them)\n"
-	"  1  a gate tripped (reserved for analyses)\n"
+	"exit status (the first that applies, top down):\n"
 	"  2  usage, configuration or local error (also a failing --merge query)\n"
-	"  3  coverage below --min-coverage (timeouts, unreachable, SQL errors, truncation)\n"
+	"  5  stragglers: a hung rank was found (even on partial coverage)\n"
+	"  1  stragglers: a straggler found; netcheck: a rank or node named\n"
 	"  4  TLS or authentication failed on at least one node (wins over 3)\n"
+	"  3  coverage below --min-coverage (timeouts, unreachable, SQL errors, truncation);\n"
+	"     for stragglers and netcheck also when no node answered\n"
+	"  0  every node answered (or at least --min-coverage of them), nothing found\n"
 	"\n"
 	"See fleetq(1).\n";
 
@@ -102,6 +128,13 @@ enum {
 	OPT_MAX_ROWS,
 	OPT_INSECURE,
 	OPT_VERSION,
+	OPT_PINGS,
+	OPT_SINCE,
+	OPT_JOB,
+	OPT_COMM,
+	OPT_THRESHOLD,
+	OPT_ALL,
+	OPT_SHOW_SQL,
 };
 
 static const struct option long_opts[] = {
@@ -121,8 +154,44 @@ static const struct option long_opts[] = {
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
+	{ "pings", required_argument, NULL, OPT_PINGS },
+	{ "since", required_argument, NULL, OPT_SINCE },
+	{ "job", required_argument, NULL, OPT_JOB },
+	{ "comm", required_argument, NULL, OPT_COMM },
+	{ "threshold", required_argument, NULL, OPT_THRESHOLD },
+	{ "all", no_argument, NULL, OPT_ALL },
+	{ "show-sql", no_argument, NULL, OPT_SHOW_SQL },
 	{ NULL, 0, NULL, 0 },
 };
+
+static const char *opt_name(int c)
+{
+	for (const struct option *o = long_opts; o->name; o++)
+		if (o->val == c)
+			return o->name;
+	return "?";
+}
+
+enum cmd_id { CMD_QUERY, CMD_STRAGGLERS, CMD_NETCHECK, CMD_PING, CMD_HELP, CMD_VERSION };
+
+/* Where an option may appear: global ones anywhere, the rest after their subcommand. */
+#define ANALYSES (1u << CMD_STRAGGLERS | 1u << CMD_NETCHECK)
+static unsigned opt_cmds(int c)
+{
+	switch (c) {
+	case OPT_MERGE:
+		return 1u << CMD_QUERY;
+	case OPT_SINCE:
+	case OPT_JOB:
+	case OPT_COMM:
+	case OPT_THRESHOLD:
+	case OPT_ALL:
+	case OPT_SHOW_SQL:
+		return ANALYSES;
+	default:
+		return ~0u;
+	}
+}
 
 struct query_opts {
 	struct fq_config flags;
@@ -132,7 +201,15 @@ struct query_opts {
 	double min_coverage;
 	long long max_rows;
 	int insecure, quiet;
+	int pings; /* -1: the command's default */
 	const char *sql;
+	/* analyses */
+	int64_t since_ns; /* window length; 0 = all time; -1 = default */
+	const char *since_text;
+	const char *job;
+	char *comm;
+	double threshold; /* < 0: the file's default */
+	int all, show_sql;
 };
 
 static int push(const char ***arr, size_t *n, const char *s)
@@ -146,8 +223,46 @@ static int push(const char ***arr, size_t *n, const char *s)
 	return 0;
 }
 
-/* Returns -1 to go on, else an exit status. */
-static int parse_args(int argc, char **argv, struct query_opts *q)
+/* "30s", "5m", "1.5h", "2d", "500ms", "90" (seconds); "all" or "0": all time. */
+static int parse_duration(const char *s, int64_t *ns)
+{
+	static const struct {
+		const char *unit;
+		double ns;
+	} units[] = { { "ms", 1e6 }, { "s", 1e9 }, { "", 1e9 }, { "m", 60e9 },
+		      { "h", 3600e9 }, { "d", 86400e9 } };
+	char *end;
+	double v;
+
+	if (!strcmp(s, "all")) {
+		*ns = 0;
+		return 0;
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || !(v >= 0) || v > 1e7)
+		return -EINVAL;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (!strcmp(end, units[i].unit)) {
+			*ns = (int64_t)(v * units[i].ns);
+			return 0;
+		}
+	return -EINVAL;
+}
+
+static const char *const cmd_names[] = {
+	[CMD_QUERY] = "query", [CMD_STRAGGLERS] = "stragglers", [CMD_NETCHECK] = "netcheck",
+	[CMD_PING] = "ping",   [CMD_HELP] = "help",		[CMD_VERSION] = "version",
+};
+
+/*
+ * Parses options into q. cmd < 0: the global options before a subcommand
+ * (stops at the first argument that is not an option); else the options
+ * and arguments of cmd, in any order, arguments into pos. Returns -1 to go
+ * on, else an exit status.
+ */
+static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, const char ***pos,
+		      size_t *npos)
 {
 	static const char *const keys[] = {
 		[OPT_CA - OPT_HOSTS] = "ca",
@@ -163,9 +278,23 @@ static int parse_args(int argc, char **argv, struct query_opts *q)
 	int c, err;
 
 	opterr = 0;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, ":w:qh", long_opts, NULL)) != -1) {
+	/* 0, not 1: GNU getopt starts over (a second pass, another optstring). */
+	optind = 0;
+	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:qh" : "-:w:qh", long_opts, NULL)) !=
+	       -1) {
+		if (c >= OPT_HOSTS && !(opt_cmds(c) & (cmd < 0 ? ~0u : 1u << cmd)))
+			return usage_error(
+				"option '--%s' does not apply to '%s': see fleetq --help",
+				opt_name(c), cmd_names[cmd]);
+		if (c >= OPT_HOSTS && cmd < 0 && opt_cmds(c) == ANALYSES)
+			return usage_error("option '--%s' goes after the subcommand, e.g. fleetq "
+					   "-w HOSTS stragglers --%s ...",
+					   opt_name(c), opt_name(c));
 		switch (c) {
+		case 1:
+			if (push(pos, npos, optarg))
+				return usage_error("out of memory");
+			break;
 		case 'w':
 			if (push(&q->host_exprs, &q->nexprs, optarg))
 				return usage_error("out of memory");
@@ -184,7 +313,7 @@ static int parse_args(int argc, char **argv, struct query_opts *q)
 		case OPT_FORMAT:
 			err = config_set(&q->flags, keys[c - OPT_HOSTS], optarg, &cause);
 			if (err) {
-				usage_error("--%s: %s", long_opts[c - OPT_HOSTS].name,
+				usage_error("--%s: %s", opt_name(c),
 					    cause ? cause : strerror(-err));
 				free(cause);
 				return FQ_EXIT_USAGE;
@@ -211,8 +340,55 @@ static int parse_args(int argc, char **argv, struct query_opts *q)
 					"--max-rows: invalid count '%s': use a number above 0",
 					optarg);
 			break;
+		case OPT_PINGS:
+			errno = 0;
+			q->pings = (int)strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || q->pings < 0 || q->pings > 64)
+				return usage_error(
+					"--pings: invalid count '%s': use a number from 0 to 64",
+					optarg);
+			break;
+		case OPT_SINCE:
+			if (parse_duration(optarg, &q->since_ns))
+				return usage_error(
+					"--since: invalid duration '%s': use e.g. 30s, 5m, 2h, 1d "
+					"or all",
+					optarg);
+			q->since_text = optarg;
+			break;
+		case OPT_JOB:
+			q->job = optarg;
+			break;
+		case OPT_COMM:
+			if (strlen(optarg) != 16 || strspn(optarg, "0123456789abcdefABCDEF") != 16)
+				return usage_error("--comm: invalid communicator '%s': give the 16 "
+						   "hex digits of comm_hash",
+						   optarg);
+			free(q->comm);
+			q->comm = strdup(optarg);
+			if (!q->comm)
+				return usage_error("out of memory");
+			for (char *p = q->comm; *p; p++)
+				*p |= 0x20; /* comm_hash is stored in lowercase */
+			break;
+		case OPT_THRESHOLD:
+			errno = 0;
+			q->threshold = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(q->threshold > 0) ||
+			    q->threshold > 1e6)
+				return usage_error(
+					"--threshold: invalid z-score '%s': use a number above 0, "
+					"e.g. 3.5",
+					optarg);
+			break;
+		case OPT_ALL:
+			q->all = 1;
+			break;
 		case OPT_INSECURE:
 			q->insecure = 1;
+			break;
+		case OPT_SHOW_SQL:
+			q->show_sql = 1;
 			break;
 		case 'q':
 			q->quiet = 1;
@@ -237,13 +413,6 @@ static int parse_args(int argc, char **argv, struct query_opts *q)
 					   argv[optind - 1]);
 		}
 	}
-	if (optind == argc)
-		return usage_error("no query: pass the SQL to run, e.g. fleetq -w gpu[01-04] "
-				   "\"SELECT count(*) FROM collectives\"");
-	if (optind + 1 < argc)
-		return usage_error("one query at a time: quote the SQL (extra argument '%s')",
-				   argv[optind + 1]);
-	q->sql = argv[optind];
 	return -1;
 }
 
@@ -286,22 +455,49 @@ static int load_hosts(struct query_opts *q, struct hostlist *hl)
 	return -1;
 }
 
-/* Prints the merged rows, or the --merge query's. Returns 0 or an exit status. */
-static int print_results(struct merge *m, struct output *out, const char *merge_sql,
-			 const char *cov_json)
+static void column_value(sqlite3_stmt *st, int i, struct wire_value *v)
+{
+	switch (sqlite3_column_type(st, i)) {
+	case SQLITE_INTEGER:
+		v->type = WIRE_INT;
+		v->i = sqlite3_column_int64(st, i);
+		break;
+	case SQLITE_FLOAT:
+		v->type = WIRE_REAL;
+		v->d = sqlite3_column_double(st, i);
+		break;
+	case SQLITE_TEXT:
+		v->type = WIRE_TEXT;
+		v->p = sqlite3_column_text(st, i);
+		v->n = sqlite3_column_bytes(st, i);
+		break;
+	case SQLITE_BLOB:
+		v->type = WIRE_BLOB;
+		v->p = sqlite3_column_blob(st, i);
+		v->n = sqlite3_column_bytes(st, i);
+		break;
+	default:
+		v->type = WIRE_NULL;
+	}
+}
+
+/*
+ * Prints the rows of select_sql over the merge database (NULL: no table to
+ * read, print no rows). what names it in errors. Returns 0 or an exit status.
+ */
+static int print_results(struct merge *m, struct output *out, const char *select_sql,
+			 const char *what, const char *cov_json)
 {
 	sqlite3 *db = merge_db(m);
 	sqlite3_stmt *st = NULL;
 	struct wire_value *vals = NULL;
 	const char **names = NULL;
-	int ncols = 0, rc, ret = 0, err = 0;
+	int ncols = 0, rc = SQLITE_DONE, ret = 0, err = 0;
 
-	if (merge_has_table(m)) {
-		if (sqlite3_prepare_v2(db, merge_sql ? merge_sql : "SELECT * FROM results", -1, &st,
-				       NULL) != SQLITE_OK) {
-			usage_error(
-				"--merge: %s: fix the merge query (it runs over table 'results')",
-				sqlite3_errmsg(db));
+	if (select_sql) {
+		if (sqlite3_prepare_v2(db, select_sql, -1, &st, NULL) != SQLITE_OK) {
+			usage_error("%s: %s: fix the merge query (it runs over table 'results')",
+				    what, sqlite3_errmsg(db));
 			ret = FQ_EXIT_USAGE;
 			goto out;
 		}
@@ -317,36 +513,12 @@ static int print_results(struct merge *m, struct output *out, const char *merge_
 		names[i] = sqlite3_column_name(st, i);
 	err = output_begin(out, ncols, names);
 	while (!err && st && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-		for (int i = 0; i < ncols; i++) {
-			struct wire_value *v = &vals[i];
-
-			switch (sqlite3_column_type(st, i)) {
-			case SQLITE_INTEGER:
-				v->type = WIRE_INT;
-				v->i = sqlite3_column_int64(st, i);
-				break;
-			case SQLITE_FLOAT:
-				v->type = WIRE_REAL;
-				v->d = sqlite3_column_double(st, i);
-				break;
-			case SQLITE_TEXT:
-				v->type = WIRE_TEXT;
-				v->p = sqlite3_column_text(st, i);
-				v->n = sqlite3_column_bytes(st, i);
-				break;
-			case SQLITE_BLOB:
-				v->type = WIRE_BLOB;
-				v->p = sqlite3_column_blob(st, i);
-				v->n = sqlite3_column_bytes(st, i);
-				break;
-			default:
-				v->type = WIRE_NULL;
-			}
-		}
+		for (int i = 0; i < ncols; i++)
+			column_value(st, i, &vals[i]);
 		err = output_row(out, vals);
 	}
 	if (!err && st && rc != SQLITE_DONE) {
-		usage_error("%s: %s", merge_sql ? "--merge" : "merge database", sqlite3_errmsg(db));
+		usage_error("%s: %s", what, sqlite3_errmsg(db));
 		ret = FQ_EXIT_USAGE;
 	}
 	if (!err)
@@ -362,9 +534,87 @@ out:
 	return ret;
 }
 
-static int do_query(int argc, char **argv)
+/* fleetq ping: one row per node, from its HELLO, its clock samples and its outcome. */
+static int print_ping(struct fanout *fo, struct coverage *cov, struct output *out,
+		      const char *const *hosts, size_t n, const char *cov_json)
 {
-	struct query_opts q = { .min_coverage = 1.0 };
+	static const char *const names[] = { "node",  "status", "rtt_us", "offset_us",
+					      "agent", "schema", "name",   "clock",
+					      "lag_ms", "drops", "error" };
+	struct wire_value v[11];
+	int err;
+
+	err = output_begin(out, 11, names);
+	for (size_t i = 0; i < n && !err; i++) {
+		const struct fanout_node_info *in = fanout_node_info(fo, i);
+		const char *st = outcome_name(coverage_outcome(cov, i));
+		const char *msg = coverage_message(cov, i);
+		const char *strs[] = { in->agent_version, in->node, in->clock_source };
+
+		memset(v, 0, sizeof(v));
+		v[0] = (struct wire_value){ .type = WIRE_TEXT, .p = hosts[i],
+					    .n = strlen(hosts[i]) };
+		v[1] = (struct wire_value){ .type = WIRE_TEXT, .p = st, .n = strlen(st) };
+		if (in->samples) {
+			v[2] = (struct wire_value){ .type = WIRE_INT, .i = in->rtt_ns / 1000 };
+			v[3] = (struct wire_value){ .type = WIRE_INT, .i = in->offset_ns / 1000 };
+		}
+		for (int k = 0; k < 3; k++)
+			if (strs[k])
+				v[k == 0 ? 4 : k + 5] = (struct wire_value){
+					.type = WIRE_TEXT, .p = strs[k], .n = strlen(strs[k])
+				};
+		if (in->hello) {
+			v[5] = (struct wire_value){ .type = WIRE_INT, .i = in->schema_version };
+			v[8] = (struct wire_value){ .type = WIRE_REAL,
+						    .d = (double)(in->store_lag_ns / 1000) / 1000 };
+			v[9] = (struct wire_value){ .type = WIRE_INT, .i = in->ring_drops };
+		}
+		if (msg)
+			v[10] = (struct wire_value){ .type = WIRE_TEXT, .p = msg,
+						     .n = strlen(msg) };
+		err = output_row(out, v);
+	}
+	if (!err)
+		err = output_end(out, cov_json);
+	if (err && err != -EPIPE)
+		return usage_error("cannot write the output: %s", strerror(-err));
+	return 0;
+}
+
+static int64_t realtime_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+#define FMT_REPORT (-1)
+
+/*
+ * Exit status of an analysis, first match wins: a hang (5), a finding (1),
+ * then coverage as for queries (4, 3), and 3 also when no node answered at
+ * all: "clean" must mean "looked everywhere and found nothing".
+ */
+static int analysis_exit(const struct an_findings *fd, const struct coverage *cov, double min)
+{
+	int c;
+
+	if (fd->hung)
+		return FQ_EXIT_HANG;
+	if (fd->stragglers || fd->flagged)
+		return FQ_EXIT_GATE;
+	c = coverage_exit(cov, min);
+	if (c)
+		return c;
+	if (!coverage_count(cov, FQ_OK))
+		return FQ_EXIT_COVERAGE;
+	return FQ_EXIT_OK;
+}
+
+static int run(int cmd, struct query_opts *q)
+{
 	struct fq_config conf;
 	struct fanout_params fp = { 0 };
 	struct hostlist *hl = NULL;
@@ -372,43 +622,102 @@ static int do_query(int argc, char **argv)
 	struct merge *m = NULL;
 	struct coverage *cov = NULL;
 	struct output *out = NULL;
+	struct an_plan plan = { 0 };
+	struct an_findings fd = { 0 };
+	struct an_param np[5], mp[2];
 	const char **hosts = NULL;
 	char *cause = NULL, *sql_buf = NULL, *summary = NULL, *common = NULL, *cov_json = NULL;
-	int ret, err, format;
+	char window[96];
+	int ret, err, format, analysis = cmd == CMD_STRAGGLERS || cmd == CMD_NETCHECK;
+	size_t nnp = 0, nmp = 0, answered;
 
-	config_init(&q.flags);
 	config_init(&conf);
-	ret = parse_args(argc, argv, &q);
-	if (ret >= 0)
-		goto out;
 	ret = FQ_EXIT_USAGE;
 	err = config_load(&conf, NULL, &cause);
 	if (err) {
 		usage_error("%s", cause ? cause : strerror(-err));
 		goto out;
 	}
-	if (config_overlay(&conf, &q.flags)) {
+	if (config_overlay(&conf, &q->flags)) {
 		usage_error("out of memory");
 		goto out;
 	}
 	config_defaults(&conf);
-	format = conf.format		 ? output_format_parse(conf.format)
-		 : isatty(STDOUT_FILENO) ? FQ_FMT_TABLE
-					 : FQ_FMT_TSV;
-	if (!strcmp(q.sql, "-")) {
+	if (cmd != CMD_QUERY)
+		/* Reports are for people; machine formats only when asked for. */
+		format = q->flags.format ? output_format_parse(q->flags.format) : FMT_REPORT;
+	else
+		format = conf.format		 ? output_format_parse(conf.format)
+			 : isatty(STDOUT_FILENO) ? FQ_FMT_TABLE
+						 : FQ_FMT_TSV;
+	if (analysis) {
+		int64_t len = q->since_ns < 0 ? 60000000000ll : q->since_ns;
+		int64_t start = len ? realtime_now() - len : 0;
+
+		if (len)
+			snprintf(window, sizeof(window), "last %s",
+				 q->since_text ? q->since_text : "60s");
+		else
+			snprintf(window, sizeof(window), "all time");
+		np[nnp++] = (struct an_param){
+			":since_ns",
+			{ .type = WIRE_INT, .i = start },
+			len ? "coordinator clock now minus the window, plus each node's "
+			      "clock offset"
+			    : "all time",
+		};
+		np[nnp++] = (struct an_param){ ":job",
+					       q->job ? (struct wire_value){ .type = WIRE_TEXT,
+									     .p = q->job,
+									     .n = strlen(q->job) }
+						      : (struct wire_value){ .type = WIRE_NULL },
+					       NULL };
+		np[nnp++] = (struct an_param){ ":comm",
+					       q->comm ? (struct wire_value){ .type = WIRE_TEXT,
+									      .p = q->comm,
+									      .n = strlen(q->comm) }
+						       : (struct wire_value){ .type = WIRE_NULL },
+					       NULL };
+		mp[nmp++] = (struct an_param){
+			":threshold",
+			q->threshold > 0
+				? (struct wire_value){ .type = WIRE_REAL, .d = q->threshold }
+				: (struct wire_value){ .type = WIRE_NULL },
+			NULL,
+		};
+		mp[nmp++] = (struct an_param){
+			cmd == CMD_STRAGGLERS ? ":all_ranks" : ":all_rows",
+			q->all ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
+			       : (struct wire_value){ .type = WIRE_NULL },
+			NULL,
+		};
+		err = an_plan_load(&plan, cmd_names[cmd], np, nnp, len ? ":since_ns" : NULL,
+				   &cause);
+		if (err) {
+			usage_error("%s", cause ? cause : strerror(-err));
+			goto out;
+		}
+		if (q->show_sql) {
+			an_plan_show(&plan, stdout, np, nnp, mp, nmp);
+			ret = fflush(stdout) ? FQ_EXIT_USAGE : FQ_EXIT_OK;
+			goto out;
+		}
+		q->sql = plan.node_sql;
+	}
+	if (q->sql && !strcmp(q->sql, "-")) {
 		sql_buf = read_stdin();
 		if (!sql_buf || !*sql_buf) {
 			usage_error("no query on standard input");
 			goto out;
 		}
-		q.sql = sql_buf;
+		q->sql = sql_buf;
 	}
 	hl = hostlist_new();
 	if (!hl) {
 		usage_error("out of memory");
 		goto out;
 	}
-	ret = load_hosts(&q, hl);
+	ret = load_hosts(q, hl);
 	if (ret >= 0)
 		goto out;
 	ret = FQ_EXIT_USAGE;
@@ -425,13 +734,20 @@ static int do_query(int argc, char **argv)
 	fp.ca = conf.ca;
 	fp.cert = conf.cert;
 	fp.key = conf.key;
-	fp.insecure = q.insecure;
+	fp.insecure = q->insecure;
 	fp.window = conf.fanout;
 	fp.connect_timeout_ms = (int64_t)ceil(conf.connect_timeout * 1000);
 	fp.timeout_ms = (int64_t)ceil(conf.timeout * 1000);
-	fp.sql = q.sql;
-	fp.max_rows = q.max_rows;
+	fp.sql = cmd == CMD_PING ? NULL : q->sql;
+	fp.max_rows = q->max_rows;
 	fp.progress = isatty(STDERR_FILENO);
+	fp.params = plan.params;
+	fp.nparams = plan.nparams;
+	fp.clock_param = plan.clock_param;
+	/* Clock samples cost a round trip each: only where clocks matter by default. */
+	fp.pings = q->pings >= 0 ? q->pings : cmd == CMD_QUERY ? 0 : 4;
+	if (cmd == CMD_PING && !fp.pings)
+		fp.pings = 1; /* a refused certificate shows only after HELLO */
 	fo = fanout_new(&fp, &cause);
 	if (!fo) {
 		usage_error("%s", cause ? cause : strerror(errno));
@@ -439,7 +755,7 @@ static int do_query(int argc, char **argv)
 	}
 	m = merge_new(&cause);
 	cov = coverage_new(fp.nhosts, hosts);
-	out = output_new(STDOUT_FILENO, format);
+	out = output_new(STDOUT_FILENO, format == FMT_REPORT ? FQ_FMT_TABLE : format);
 	if (!m || !cov || !out) {
 		usage_error("%s", cause ? cause : "out of memory");
 		goto out;
@@ -454,61 +770,160 @@ static int do_query(int argc, char **argv)
 	cov_json = coverage_json(cov);
 	summary = coverage_summary(cov);
 	common = coverage_common_failure(cov);
-	ret = print_results(m, out, q.merge,
-			    format == FQ_FMT_JSON || format == FQ_FMT_NDJSON ? cov_json : NULL);
+	if (format != FQ_FMT_JSON && format != FQ_FMT_NDJSON) {
+		free(cov_json);
+		cov_json = NULL;
+	}
+	switch (cmd) {
+	case CMD_QUERY:
+		ret = print_results(m, out, !merge_has_table(m) ? NULL
+					    : q->merge	    ? q->merge
+							    : "SELECT * FROM results",
+				    q->merge ? "--merge" : "merge database", cov_json);
+		break;
+	case CMD_PING:
+		ret = print_ping(fo, cov, out, hosts, fp.nhosts, cov_json);
+		break;
+	default:
+		ret = 0;
+		if (merge_has_table(m)) {
+			err = an_merge(merge_db(m), plan.merge_sql, mp, nmp, &cause);
+			if (err) {
+				ret = usage_error("%s: %s", plan.merge_origin,
+						  cause ? cause : strerror(-err));
+				break;
+			}
+		}
+		answered = coverage_count(cov, FQ_OK) + coverage_count(cov, FQ_TRUNCATED);
+		if (format == FMT_REPORT && merge_has_table(m) && answered)
+			err = cmd == CMD_STRAGGLERS
+				      ? an_report_stragglers(merge_db(m), stdout, window, &fd)
+				      : an_report_netcheck(merge_db(m), stdout, window, &fd);
+		else if (merge_has_table(m))
+			err = an_count(merge_db(m), cmd == CMD_NETCHECK, &fd);
+		else
+			err = 0;
+		if (err) {
+			ret = usage_error("cannot read the analysis: %s",
+					  sqlite3_errmsg(merge_db(m)));
+			break;
+		}
+		if (format == FMT_REPORT && (!merge_has_table(m) || !answered))
+			printf("no answer: no node ran the %s query (see the coverage)\n",
+			       cmd_names[cmd]);
+		else if (format != FMT_REPORT)
+			ret = print_results(m, out,
+					    merge_has_table(m)
+						    ? "SELECT * FROM temp.fq_analysis ORDER BY rowid"
+						    : NULL,
+					    plan.merge_origin, cov_json);
+	}
 	/* The same failure everywhere is one message, said once and plainly. */
 	if (common)
 		fprintf(stderr, "fleetq: %s\n", common);
-	if (!q.quiet && summary)
+	if (analysis && !q->quiet && !ret) {
+		if (cmd == CMD_STRAGGLERS && (fd.hung || fd.stragglers))
+			fprintf(stderr, "fleetq: stragglers: %d hung, %d straggler%s (first: %s), %s\n",
+				fd.hung, fd.stragglers, fd.stragglers == 1 ? "" : "s",
+				fd.first ? fd.first : "?", window);
+		else if (cmd == CMD_STRAGGLERS)
+			fprintf(stderr, "fleetq: stragglers: none among %d ranks in %d "
+					"communicator%s, %s\n",
+				fd.ranks, fd.comms, fd.comms == 1 ? "" : "s", window);
+		else if (fd.flagged)
+			fprintf(stderr, "fleetq: netcheck: %d finding%s (first: %s), %s\n",
+				fd.flagged, fd.flagged == 1 ? "" : "s", fd.first ? fd.first : "?",
+				window);
+		else
+			fprintf(stderr, "fleetq: netcheck: nothing among %d ranks, %s\n", fd.ranks,
+				window);
+	}
+	if (!q->quiet && summary)
 		fprintf(stderr, "%s\n", summary);
 	if (!ret)
-		ret = coverage_exit(cov, q.min_coverage);
+		ret = analysis ? analysis_exit(&fd, cov, q->min_coverage)
+			       : coverage_exit(cov, q->min_coverage);
 out:
 	free(cause);
 	free(sql_buf);
 	free(summary);
 	free(common);
 	free(cov_json);
+	an_findings_release(&fd);
+	an_plan_release(&plan);
 	output_free(out);
 	coverage_free(cov);
 	merge_free(m);
 	fanout_free(fo);
 	free(hosts);
 	hostlist_free(hl);
-	free(q.host_files);
-	free(q.host_exprs);
-	config_release(&q.flags);
 	config_release(&conf);
 	return ret;
 }
 
-static int do_help(int argc, char **argv)
-{
-	fputs(usage_text, stdout);
-	return FQ_EXIT_OK;
-}
-
-static int do_version(int argc, char **argv)
-{
-	printf("fleetq %s\n", FLEETQ_VERSION);
-	return FQ_EXIT_OK;
-}
-
-/* bpftool style: later analyses ("stragglers", "ping", "gate") plug in here. */
-static const struct cmd {
-	const char *name;
-	int (*fn)(int argc, char **argv);
-} commands[] = {
-	{ "query", do_query },
-	{ "help", do_help },
-	{ "version", do_version },
-};
-
 int main(int argc, char **argv)
 {
-	if (argc > 1)
-		for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-			if (!strcmp(argv[1], commands[i].name))
-				return commands[i].fn(argc - 1, argv + 1);
-	return do_query(argc, argv);
+	struct query_opts q = { .min_coverage = 1.0, .pings = -1, .since_ns = -1,
+				.threshold = -1 };
+	const char **pos = NULL;
+	size_t npos = 0;
+	int ret, cmd = CMD_QUERY, first, named = 0;
+
+	config_init(&q.flags);
+	/* Global options first, up to the subcommand or the SQL. */
+	ret = parse_args(argc, argv, &q, -1, &pos, &npos);
+	if (ret >= 0)
+		goto out;
+	first = optind;
+	if (first < argc)
+		for (size_t i = 0; i < sizeof(cmd_names) / sizeof(cmd_names[0]); i++)
+			if (!strcmp(argv[first], cmd_names[i])) {
+				cmd = (int)i;
+				named = 1;
+			}
+	if (cmd == CMD_HELP) {
+		fputs(usage_text, stdout);
+		ret = FQ_EXIT_OK;
+		goto out;
+	}
+	if (cmd == CMD_VERSION) {
+		printf("fleetq %s\n", FLEETQ_VERSION);
+		ret = FQ_EXIT_OK;
+		goto out;
+	}
+	/* Then the subcommand's options, global ones included, and its arguments. */
+	ret = named ? parse_args(argc - first, argv + first, &q, cmd, &pos, &npos)
+		    : parse_args(argc - first + 1, argv + first - 1, &q, cmd, &pos, &npos);
+	if (ret >= 0)
+		goto out;
+	if (q.merge && cmd != CMD_QUERY) {
+		ret = usage_error("option '--merge' does not apply to '%s': see fleetq --help",
+				  cmd_names[cmd]);
+		goto out;
+	}
+	if (cmd == CMD_QUERY) {
+		if (!npos) {
+			ret = usage_error("no query: pass the SQL to run, e.g. fleetq -w gpu[01-04] "
+					  "\"SELECT count(*) FROM collectives\"");
+			goto out;
+		}
+		if (npos > 1) {
+			ret = usage_error("one query at a time: quote the SQL (extra argument '%s')",
+					  pos[1]);
+			goto out;
+		}
+		q.sql = pos[0];
+	} else if (npos) {
+		ret = usage_error("'%s' takes no arguments (extra '%s'): see fleetq --help",
+				  cmd_names[cmd], pos[0]);
+		goto out;
+	}
+	ret = run(cmd, &q);
+out:
+	free(pos);
+	free(q.host_files);
+	free(q.host_exprs);
+	free(q.comm);
+	config_release(&q.flags);
+	return ret;
 }

@@ -48,6 +48,13 @@ struct merge *merge_new(char **cause)
 		db_fail(m->db, "cannot configure", cause);
 		goto fail;
 	}
+	/* Clock offsets, for the analyses and for users' own corrections. */
+	if (sqlite3_exec(m->db,
+			 "CREATE TABLE clock(node TEXT PRIMARY KEY, offset_ns INTEGER, rtt_ns INTEGER)",
+			 NULL, NULL, NULL)) {
+		db_fail(m->db, "cannot create table clock", cause);
+		goto fail;
+	}
 	err = fqsql_register(m->db);
 	if (err) {
 		if (asprintf(cause, "merge database: cannot register SQL functions: %s",
@@ -281,6 +288,24 @@ int merge_drop(struct merge *m, size_t idx, char **cause)
 	sqlite3_bind_int64(st, 2, ((int64_t)(idx + 1) << ROW_BITS) - 1);
 	if (sqlite3_step(st) != SQLITE_DONE)
 		err = db_fail(m->db, "cannot drop rows", cause);
+	sqlite3_finalize(st);
+	return err;
+}
+
+int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rtt_ns, char **cause)
+{
+	sqlite3_stmt *st = NULL;
+	int err = 0;
+
+	*cause = NULL;
+	if (sqlite3_prepare_v2(m->db, "INSERT OR REPLACE INTO clock VALUES(?, ?, ?)", -1, &st,
+			       NULL))
+		return db_fail(m->db, "cannot prepare clock insert", cause);
+	sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(st, 2, offset_ns);
+	sqlite3_bind_int64(st, 3, rtt_ns);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		err = db_fail(m->db, "cannot insert clock", cause);
 	sqlite3_finalize(st);
 	return err;
 }

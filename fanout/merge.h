@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The merge database: an in-memory SQLite with one table, results(node,
- * <the query's columns>), filled as rows stream in. Row ids encode (node
+ * The merge database: an in-memory SQLite with table results(node,
+ * <the query's columns>), filled as rows stream in, and table clock. Row ids encode (node
  * index, row number), so a plain scan returns hostlist order then row order
  * without sorting, and a node's rows can be dropped as one range.
  */
@@ -35,6 +35,12 @@ int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
 int merge_drop(struct merge *m, size_t idx, char **cause);
 /* Commits what is pending. */
 int merge_finish(struct merge *m, char **cause);
+
+/*
+ * Table clock(node, offset_ns, rtt_ns) always exists; this adds or replaces
+ * node's row (offset = node clock minus coordinator clock).
+ */
+int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rtt_ns, char **cause);
 
 sqlite3 *merge_db(struct merge *m);
 

@@ -44,6 +44,18 @@ printf 'port = 7077\nfanout = lots\n' >"$T/conf"
 FLEETQ_CONFIG=$T/conf usage_error "$T/conf:2:" -w a "SELECT 1"
 FLEETQ_CONFIG=$T/missing usage_error "FLEETQ_CONFIG" -w a "SELECT 1"
 SLURM_JOB_NODELIST='n[2-1]' usage_error "'n[2-1]'" "SELECT 1"
+# subcommands: their options after them, global ones anywhere
+usage_error "goes after the subcommand" --since 5m -w a stragglers
+usage_error "--since: invalid duration '5x'" -w a stragglers --since 5x
+usage_error "'--merge' does not apply to 'stragglers'" stragglers -w a --merge "SELECT 1"
+usage_error "'--since' does not apply to 'ping'" ping -w a --since 5m
+usage_error "'--since' does not apply to 'query'" -w a "SELECT 1" --since 5m
+usage_error "'ping' takes no arguments (extra 'x')" -w a ping x
+usage_error "--comm: invalid communicator 'xyz'" -w a stragglers --comm xyz
+usage_error "--threshold: invalid z-score '-1'" -w a netcheck --threshold -1
+usage_error "--pings: invalid count '100'" --pings 100 -w a "SELECT 1"
+usage_error "no hosts" stragglers
+usage_error "--ca" stragglers -w gpu01
 
 # help and version succeed and say what they should.
 "$FLEETQ" --help >"$T/out" 2>&1 || { echo "FAIL: --help exit $?" >&2; fails=$((fails + 1)); }
@@ -51,6 +63,10 @@ for w in "exit status" "--min-coverage" "SLURM_JOB_NODELIST" "FLEETQ_CONFIG"; do
 	grep -qF -- "$w" "$T/out" || { echo "FAIL: --help lacks '$w'" >&2; fails=$((fails + 1)); }
 done
 "$FLEETQ" help | cmp -s - "$T/out" || { echo "FAIL: 'fleetq help' differs from --help" >&2; fails=$((fails + 1)); }
+"$FLEETQ" stragglers --help | cmp -s - "$T/out" || { echo "FAIL: 'fleetq stragglers --help' differs" >&2; fails=$((fails + 1)); }
+for w in stragglers netcheck ping --since --show-sql "5  stragglers"; do
+	grep -qF -- "$w" "$T/out" || { echo "FAIL: --help lacks '$w'" >&2; fails=$((fails + 1)); }
+done
 "$FLEETQ" --version | grep -q '^fleetq [0-9]' || { echo "FAIL: --version" >&2; fails=$((fails + 1)); }
 
 [ $fails = 0 ] || exit 1

@@ -18,7 +18,7 @@ for o in $man; do
 	echo "$help" | grep -qx -- "$o" || { echo "FAIL: $o is in $MAN, not in --help" >&2; fails=$((fails + 1)); }
 done
 # Exit codes agree too.
-for c in 0 1 2 3 4; do
+for c in 0 1 2 3 4 5; do
 	grep -q "^\.It $c\|^\.IP $c\|^$c  " "$MAN" || { echo "FAIL: exit status $c not in $MAN" >&2; fails=$((fails + 1)); }
 done
 [ $fails = 0 ] || exit 1

@@ -1,0 +1,455 @@
+/* SPDX-License-Identifier: MIT */
+#include "analysis.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fqsql.h"
+#include "sqlfiles.h"
+#include "strbuf.h"
+
+static int fail(char **cause, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char **cause, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (vasprintf(cause, fmt, ap) < 0)
+		*cause = NULL;
+	va_end(ap);
+	return err;
+}
+
+/* ":since_ns", "@since_ns" and "$since_ns" are one name to a user adapting a file. */
+static int same_param(const char *a, const char *b)
+{
+	return a && b && *a && *b && !strcmp(a + 1, b + 1);
+}
+
+static int bind_value(sqlite3_stmt *st, int idx, const struct wire_value *v)
+{
+	switch (v->type) {
+	case WIRE_INT:
+		return sqlite3_bind_int64(st, idx, v->i);
+	case WIRE_REAL:
+		return sqlite3_bind_double(st, idx, v->d);
+	case WIRE_TEXT:
+		return sqlite3_bind_text64(st, idx, v->p, v->n, SQLITE_TRANSIENT, SQLITE_UTF8);
+	case WIRE_BLOB:
+		return sqlite3_bind_blob64(st, idx, v->p, v->n, SQLITE_TRANSIENT);
+	default:
+		return sqlite3_bind_null(st, idx);
+	}
+}
+
+void an_plan_release(struct an_plan *p)
+{
+	free(p->node_sql);
+	free(p->merge_sql);
+	free(p->node_origin);
+	free(p->merge_origin);
+	for (size_t i = 0; p->param_names && i < p->nparams; i++)
+		free(p->param_names[i]);
+	free(p->param_names);
+	free(p->params);
+	memset(p, 0, sizeof(*p));
+}
+
+int an_plan_load(struct an_plan *p, const char *name, const struct an_param *node_params,
+		 size_t n, const char *clock_name, char **cause)
+{
+	sqlite3 *db = NULL, *mdb = NULL;
+	sqlite3_stmt *st = NULL, *mst = NULL;
+	struct strbuf b = STRBUF_INIT;
+	char fn[128], *why = NULL;
+	int err = -ENOMEM, np, nc, rc;
+
+	memset(p, 0, sizeof(*p));
+	*cause = NULL;
+	snprintf(fn, sizeof(fn), "%s.node.sql", name);
+	p->node_sql = sqlfile_load(fn, &p->node_origin, cause);
+	if (!p->node_sql) {
+		err = -errno;
+		goto out;
+	}
+	snprintf(fn, sizeof(fn), "%s.merge.sql", name);
+	p->merge_sql = sqlfile_load(fn, &p->merge_origin, cause);
+	if (!p->merge_sql) {
+		err = -errno;
+		goto out;
+	}
+	/* The node file against an empty trace of this version's schema. */
+	if (sqlite3_open(":memory:", &db) != SQLITE_OK || fqsql_register(db) ||
+	    fqsql_schema_apply(db, &why)) {
+		err = fail(cause, -EIO, "cannot check the analysis SQL: %s",
+			   why ? why : sqlite3_errmsg(db));
+		goto out;
+	}
+	rc = sqlite3_prepare_v2(db, p->node_sql, -1, &st, NULL);
+	if (rc != SQLITE_OK || !st) {
+		err = fail(cause, -EINVAL, "%s: %s: fix the file (or unset FLEETQ_SQL_DIR)",
+			   p->node_origin, rc ? sqlite3_errmsg(db) : "no statement");
+		goto out;
+	}
+	np = sqlite3_bind_parameter_count(st);
+	p->params = calloc(np ? np : 1, sizeof(*p->params));
+	p->param_names = calloc(np ? np : 1, sizeof(*p->param_names));
+	if (!p->params || !p->param_names)
+		goto out;
+	p->nparams = np;
+	for (int i = 0; i < np; i++) {
+		const char *pn = sqlite3_bind_parameter_name(st, i + 1);
+
+		p->params[i].type = WIRE_NULL;
+		if (!pn)
+			continue;
+		p->param_names[i] = strdup(pn);
+		if (!p->param_names[i])
+			goto out;
+		for (size_t k = 0; k < n; k++)
+			if (same_param(pn, node_params[k].name))
+				p->params[i] = node_params[k].v;
+		if (clock_name && same_param(pn, clock_name) && p->params[i].type == WIRE_INT)
+			p->clock_param = i + 1;
+	}
+	/* The merge file against a results table of the node file's columns. */
+	nc = sqlite3_column_count(st);
+	sb_puts(&b, "CREATE TABLE results(\"node\"");
+	for (int i = 0; i < nc; i++) {
+		char *q = sqlite3_mprintf(",\"%w\"", sqlite3_column_name(st, i));
+
+		sb_puts(&b, q ? q : "");
+		sqlite3_free(q);
+	}
+	sb_puts(&b, "); CREATE TABLE clock(node TEXT, offset_ns INTEGER, rtt_ns INTEGER);");
+	if (b.oom)
+		goto out;
+	if (sqlite3_open(":memory:", &mdb) != SQLITE_OK || fqsql_register(mdb) ||
+	    sqlite3_exec(mdb, b.s, NULL, NULL, NULL) != SQLITE_OK) {
+		err = fail(cause, -EIO, "cannot check the merge SQL: %s", sqlite3_errmsg(mdb));
+		goto out;
+	}
+	rc = sqlite3_prepare_v2(mdb, p->merge_sql, -1, &mst, NULL);
+	if (rc != SQLITE_OK || !mst) {
+		err = fail(cause, -EINVAL, "%s: %s: fix the file (or unset FLEETQ_SQL_DIR)",
+			   p->merge_origin, rc ? sqlite3_errmsg(mdb) : "no statement");
+		goto out;
+	}
+	err = 0;
+out:
+	sqlite3_finalize(st);
+	sqlite3_finalize(mst);
+	sqlite3_close(db);
+	sqlite3_close(mdb);
+	sb_release(&b);
+	free(why);
+	if (err && !*cause && err == -ENOMEM)
+		*cause = strdup("out of memory");
+	return err;
+}
+
+static void show_value(FILE *f, const struct wire_value *v)
+{
+	switch (v->type) {
+	case WIRE_INT:
+		fprintf(f, "%" PRId64, v->i);
+		break;
+	case WIRE_REAL:
+		fprintf(f, "%g", v->d);
+		break;
+	case WIRE_TEXT:
+		fprintf(f, "'%.*s'", (int)v->n, (const char *)v->p);
+		break;
+	default:
+		fputs("NULL", f);
+	}
+}
+
+static void show_params(FILE *f, const struct an_param *ps, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f, "--   %s = ", ps[i].name);
+		show_value(f, &ps[i].v);
+		if (ps[i].v.type == WIRE_NULL)
+			fputs(" (the file's default)", f);
+		if (ps[i].note)
+			fprintf(f, " (%s)", ps[i].note);
+		fputc('\n', f);
+	}
+}
+
+void an_plan_show(const struct an_plan *p, FILE *f, const struct an_param *node_params,
+		  size_t nn, const struct an_param *merge_params, size_t nm)
+{
+	size_t len;
+
+	fprintf(f, "-- node SQL, run on every node: %s\n-- parameters:\n", p->node_origin);
+	show_params(f, node_params, nn);
+	for (size_t i = 0; i < p->nparams; i++) {
+		int known = 0;
+
+		for (size_t k = 0; k < nn; k++)
+			known |= same_param(p->param_names[i], node_params[k].name);
+		if (!known)
+			fprintf(f, "--   %s = NULL (not set by fleetq)\n",
+				p->param_names[i] ? p->param_names[i] : "?");
+	}
+	len = strlen(p->node_sql);
+	fprintf(f, "%s%s", p->node_sql, len && p->node_sql[len - 1] != '\n' ? "\n" : "");
+	fprintf(f, "\n-- merge SQL, run over tables results and clock: %s\n-- parameters:\n",
+		p->merge_origin);
+	show_params(f, merge_params, nm);
+	len = strlen(p->merge_sql);
+	fprintf(f, "%s%s", p->merge_sql, len && p->merge_sql[len - 1] != '\n' ? "\n" : "");
+}
+
+int an_merge(sqlite3 *db, const char *merge_sql, const struct an_param *ps, size_t n,
+	     char **cause)
+{
+	sqlite3_stmt *st = NULL;
+	char *sql = NULL;
+	int err = 0, rc;
+
+	*cause = NULL;
+	/* Kept as a table: the report and the machine formats read the same rows. */
+	if (asprintf(&sql, "CREATE TEMP TABLE fq_analysis AS %s", merge_sql) < 0)
+		return fail(cause, -ENOMEM, "out of memory");
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+		err = fail(cause, -EINVAL, "merge SQL: %s", sqlite3_errmsg(db));
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		int idx = sqlite3_bind_parameter_index(st, ps[i].name);
+
+		if (idx)
+			bind_value(st, idx, &ps[i].v);
+	}
+	rc = sqlite3_step(st);
+	if (rc != SQLITE_DONE)
+		err = fail(cause, -EINVAL, "merge SQL: %s", sqlite3_errmsg(db));
+out:
+	sqlite3_finalize(st);
+	free(sql);
+	return err;
+}
+
+void an_findings_release(struct an_findings *f)
+{
+	free(f->first);
+	memset(f, 0, sizeof(*f));
+}
+
+/* Column access by name: the files may gain or reorder columns. */
+static int col(sqlite3_stmt *st, const char *name)
+{
+	for (int i = 0; i < sqlite3_column_count(st); i++)
+		if (!strcmp(sqlite3_column_name(st, i), name))
+			return i;
+	return -1;
+}
+
+static const char *txt(sqlite3_stmt *st, const char *name)
+{
+	int i = col(st, name);
+
+	return i < 0 ? NULL : (const char *)sqlite3_column_text(st, i);
+}
+
+static int has(sqlite3_stmt *st, const char *name)
+{
+	int i = col(st, name);
+
+	return i >= 0 && sqlite3_column_type(st, i) != SQLITE_NULL;
+}
+
+static double dbl(sqlite3_stmt *st, const char *name)
+{
+	int i = col(st, name);
+
+	return i < 0 ? 0 : sqlite3_column_double(st, i);
+}
+
+static const char *or_q(const char *s)
+{
+	return s ? s : "?";
+}
+
+/* Ranks and communicators that answered, from the node rows (0 when unknown). */
+static void count_ranks(sqlite3 *db, int netcheck, struct an_findings *fd)
+{
+	sqlite3_stmt *st = NULL;
+	const char *sql =
+		netcheck ? "SELECT count(*), count(DISTINCT comm_hash) FROM (SELECT DISTINCT "
+			   "comm_hash, node, rank, pid FROM results WHERE source = 'span')"
+			 : "SELECT count(*), count(DISTINCT comm_hash) FROM (SELECT DISTINCT "
+			   "comm_hash, node, rank, pid FROM results WHERE kind = 'coll')";
+
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW) {
+		fd->ranks = sqlite3_column_int(st, 0);
+		fd->comms = sqlite3_column_int(st, 1);
+	}
+	sqlite3_finalize(st);
+}
+
+static int is_hung(const char *verdict)
+{
+	return verdict && (!strcmp(verdict, "hung") || !strcmp(verdict, "desync"));
+}
+
+static void set_first(struct an_findings *fd, sqlite3_stmt *st)
+{
+	if (!fd->first && asprintf(&fd->first, "rank %s on %s", or_q(txt(st, "rank")),
+				   or_q(txt(st, "node"))) < 0)
+		fd->first = NULL;
+}
+
+/* Walks temp.fq_analysis; report(out, st) prints one row (NULL: count only). */
+static int walk(sqlite3 *db, int netcheck, FILE *out, struct an_findings *fd,
+		void (*report)(FILE *out, sqlite3_stmt *st))
+{
+	sqlite3_stmt *st = NULL;
+	int rc;
+
+	memset(fd, 0, sizeof(*fd));
+	count_ranks(db, netcheck, fd);
+	if (sqlite3_prepare_v2(db, "SELECT * FROM temp.fq_analysis ORDER BY rowid", -1, &st,
+			       NULL) != SQLITE_OK)
+		return -EIO;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (netcheck) {
+			if (has(st, "flagged") && dbl(st, "flagged") != 0) {
+				fd->flagged++;
+				set_first(fd, st);
+			}
+		} else {
+			const char *v = txt(st, "verdict");
+
+			if (is_hung(v))
+				fd->hung++;
+			else if (v && !strcmp(v, "straggler"))
+				fd->stragglers++;
+			if (is_hung(v) || (v && !strcmp(v, "straggler")))
+				set_first(fd, st);
+		}
+		if (report && out)
+			report(out, st);
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+int an_count(sqlite3 *db, int netcheck, struct an_findings *fd)
+{
+	return walk(db, netcheck, NULL, fd, NULL);
+}
+
+static void signal_line(FILE *out, sqlite3_stmt *st, const char *sig, const char *what,
+			const char *unit_col, const char *text)
+{
+	char zcol[16];
+	const char *sigs = txt(st, "signals");
+	int on = 0;
+
+	snprintf(zcol, sizeof(zcol), "z_%s", sig);
+	if (sigs)
+		for (const char *s = sigs; s; s = strchr(s, ',')) {
+			s += *s == ',';
+			on |= !strncmp(s, sig, strlen(sig));
+		}
+	if (!has(st, zcol) && !has(st, unit_col))
+		return;
+	fprintf(out, "  %s %-5s", on ? "*" : " ", what);
+	if (has(st, zcol))
+		fprintf(out, " z=%+8.2f", dbl(st, zcol));
+	else
+		fprintf(out, " z=%8s", "-");
+	if (has(st, unit_col))
+		fprintf(out, "  %.3f ms %s", dbl(st, unit_col), text);
+	fputc('\n', out);
+}
+
+static void straggler_row(FILE *out, sqlite3_stmt *st)
+{
+	const char *v = txt(st, "verdict");
+
+	if (is_hung(v)) {
+		/* The line an epilog greps for. */
+		fprintf(out, "hung: rank %s on %s stopped at seq %s (%s)", or_q(txt(st, "rank")),
+			or_q(txt(st, "node")), or_q(txt(st, "stopped_at_seq")),
+			or_q(txt(st, "stopped_op")));
+		if (has(st, "stopped_s_ago"))
+			fprintf(out, ", %.1f s ago", dbl(st, "stopped_s_ago"));
+		fprintf(out, "\n  pid %s, communicator %s (%s ranks), its last collective was "
+			     "seq %s\n",
+			or_q(txt(st, "pid")), or_q(txt(st, "comm_hash")), or_q(txt(st, "nranks")),
+			or_q(txt(st, "last_seq")));
+		return;
+	}
+	fprintf(out, "%s: rank %s on %s\n", v && !strcmp(v, "straggler") ? "straggler" : or_q(v),
+		or_q(txt(st, "rank")), or_q(txt(st, "node")));
+	fprintf(out, "  pid %s, communicator %s (%s of %s ranks answered", or_q(txt(st, "pid")),
+		or_q(txt(st, "comm_hash")), or_q(txt(st, "ranks")), or_q(txt(st, "nranks")));
+	if (has(st, "step_ms"))
+		fprintf(out, ", step %.3f ms", dbl(st, "step_ms"));
+	fprintf(out, ")\n");
+	if (has(st, "signals"))
+		fprintf(out, "  signals that agree: %s (method %s)\n", txt(st, "signals"),
+			or_q(txt(st, "method")));
+	signal_line(out, st, "late", "late", "late_ms", "after the first rank to arrive (median)");
+	signal_line(out, st, "busy", "busy", "busy_ms", "on-CPU between collectives (median)");
+	signal_line(out, st, "sync", "sync", "sync_ms",
+		    "blocked in synchronize per collective (median; a straggler waits least)");
+	if (has(st, "peers_wait_s") && dbl(st, "peers_wait_s") > 0)
+		fprintf(out, "  cost: peers lost %.3f GPU-seconds waiting on it\n",
+			dbl(st, "peers_wait_s"));
+}
+
+int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd)
+{
+	int err = walk(db, 0, out, fd, straggler_row);
+
+	if (!err && !fd->hung && !fd->stragglers)
+		fprintf(out, "no straggler: %d rank%s in %d communicator%s, %s\n", fd->ranks,
+			fd->ranks == 1 ? "" : "s", fd->comms, fd->comms == 1 ? "" : "s", window);
+	fflush(out);
+	return err;
+}
+
+static void netcheck_row(FILE *out, sqlite3_stmt *st)
+{
+	const char *src = or_q(txt(st, "source"));
+	int flagged = has(st, "flagged") && dbl(st, "flagged") != 0;
+
+	fprintf(out, "%s: %s rank %s (pid %s): ", flagged ? "network" : "ok", or_q(txt(st, "node")),
+		or_q(txt(st, "rank")), or_q(txt(st, "pid")));
+	if (!strcmp(src, "ib"))
+		fprintf(out, "InfiniBand %s on %s", or_q(txt(st, "counter")),
+			or_q(txt(st, "detail")));
+	else
+		fprintf(out, "TCP retransmits%s", !strcmp(src, "tcp_host") ? " (host-wide)" : "");
+	fprintf(out, ": %s in slow windows (%.3f/s, outside %.3f/s", or_q(txt(st, "in_n")),
+		dbl(st, "in_per_s"), dbl(st, "out_per_s"));
+	if (has(st, "ratio"))
+		fprintf(out, ", %.1fx", dbl(st, "ratio"));
+	fprintf(out, "; concentration z %s, z %s)", or_q(txt(st, "conc_z")), or_q(txt(st, "z")));
+	if (strcmp(src, "ib") && has(st, "detail"))
+		fprintf(out, ", flow %s", txt(st, "detail"));
+	fprintf(out, "\n  communicator %s, %s slow windows, %s ranks\n", or_q(txt(st, "comm_hash")),
+		or_q(txt(st, "windows")), or_q(txt(st, "ranks")));
+}
+
+int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd)
+{
+	int err = walk(db, 1, out, fd, netcheck_row);
+
+	if (!err && !fd->flagged)
+		fprintf(out, "no network trouble: %d rank%s in %d communicator%s, %s\n", fd->ranks,
+			fd->ranks == 1 ? "" : "s", fd->comms, fd->comms == 1 ? "" : "s", window);
+	fflush(out);
+	return err;
+}

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Built-in analyses (fleetq stragglers, fleetq netcheck): a node .sql file
+ * fanned out with its parameters, a merge .sql file over the merged rows and
+ * the clock table, and the report a person reads.
+ */
+#ifndef FLEETQ_ANALYSIS_H
+#define FLEETQ_ANALYSIS_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <sqlite3.h>
+
+#include "wire.h"
+
+/* A named parameter (":since_ns") and its value; WIRE_NULL leaves the file's default. */
+struct an_param {
+	const char *name;
+	struct wire_value v;
+	const char *note; /* for --show-sql, may be NULL */
+};
+
+struct an_plan {
+	char *node_sql, *merge_sql;
+	char *node_origin, *merge_origin; /* path or "built in" */
+	/* Positional values for the node SQL as the agents bind them (?1..?N). */
+	struct wire_value *params;
+	size_t nparams;
+	size_t clock_param; /* 1-based index of the window start, or 0 */
+	char **param_names; /* nparams names (NULL for a bare '?') */
+};
+
+/*
+ * Loads "<name>.node.sql" and "<name>.merge.sql" and checks both locally
+ * (node SQL against the trace schema, merge SQL against a results table of
+ * the node SQL's columns), so a broken file fails here, once, not on every
+ * node. node_params are matched by name; parameters the caller does not know
+ * stay NULL. clock_name names the parameter holding a window start on the
+ * coordinator's clock (shifted per node), or NULL. 0 or -errno with *cause.
+ */
+int an_plan_load(struct an_plan *p, const char *name, const struct an_param *node_params,
+		 size_t n, const char *clock_name, char **cause);
+void an_plan_release(struct an_plan *p);
+
+/* --show-sql: both files with the parameter values. */
+void an_plan_show(const struct an_plan *p, FILE *f, const struct an_param *node_params,
+		  size_t nn, const struct an_param *merge_params, size_t nm);
+
+/*
+ * Runs merge_sql over db into the table temp.fq_analysis (its rows in the
+ * query's order, by rowid), binding merge_params by name. 0 or -EINVAL with
+ * *cause (the merge query failed).
+ */
+int an_merge(sqlite3 *db, const char *merge_sql, const struct an_param *merge_params, size_t n,
+	     char **cause);
+
+/* Findings in temp.fq_analysis, for the exit status and the summary line. */
+struct an_findings {
+	int hung, stragglers, flagged; /* flagged: netcheck rows */
+	int ranks, comms;	       /* ranks and communicators that answered */
+	char *first;		       /* "rank 6 on node1" of the top finding, or NULL */
+};
+void an_findings_release(struct an_findings *f);
+
+/* Human reports on out; fill *fd. window: "the last 60s", "all time". */
+int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd);
+int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd);
+/* The same counts without a report (machine formats). */
+int an_count(sqlite3 *db, int netcheck, struct an_findings *fd);
+
+#endif

@@ -1,0 +1,115 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# fleetq stragglers / netcheck / ping over four real agentd processes (--no-trace, real
+# certificates) serving fq-tracegen traces of one 16-rank job, 4 ranks per node: a clean
+# job exits 0, a slow rank exits 1 naming it first, a hung rank exits 5 with its seq.
+. "$(dirname "$0")/../e2e/lib.sh"
+
+certs ca 127.0.0.1
+NOW_S=$(date +%s)
+# The job ran until 5 s ago: inside --since 2m, and old enough for a hang to show.
+STEPS=200
+START=$(((NOW_S - 15) * 1000000000))
+
+# job TAG ARGS...: writes $T/TAG-n{0..3}.db and serves them; sets HOSTS
+job() {
+	tag=$1
+	shift
+	HOSTS=
+	for k in 0 1 2 3; do
+		"$TRACEGEN" --out "$T/$tag-n$k.db" --node "node$k" --ranks 4 --rank-base $((4 * k)) \
+			--nranks 16 --steps $STEPS --start-ns $START "$@" >"$T/gen.log" 2>&1 ||
+			fail "fq-tracegen $tag node$k"
+		start_agent "$tag$k" "$T/$tag-n$k.db" ca
+		HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
+	done
+}
+
+# 1. clean: exit 0, "no straggler", all 16 ranks seen
+job clean --seed 5
+fq -w "$HOSTS" stragglers --since 2m
+expect_rc 0 "clean job"
+grep -q "^no straggler: 16 ranks in 1 communicator, last 2m" "$T/out" ||
+	fail "clean report: $(cat "$T/out")"
+expect_err "fleetq: stragglers: none among 16 ranks"
+expect_err "coverage: 4/4 nodes ok"
+
+# global options before the subcommand work the same
+"$FLEETQ" --ca "$T/ca/ca.crt" --cert "$T/ca/client.crt" --key "$T/ca/client.key" \
+	-w "$HOSTS" stragglers --since 2m --format json >"$T/out" 2>"$T/err"
+RC=$?
+expect_rc 0 "clean job, json"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["rows"] == [], d["rows"]
+assert "verdict" in d["columns"] and d["columns"][0] == "comm_hash", d["columns"]
+assert d["coverage"]["ok"] == 4, d["coverage"]
+' "$T/out" || fail "clean json: $(cat "$T/out")"
+
+# 2. netcheck on the clean job: nothing to name, exit 0
+fq -w "$HOSTS" netcheck --since 2m
+expect_rc 0 "netcheck, clean"
+grep -q "^no network trouble: 16 ranks" "$T/out" || fail "netcheck report: $(cat "$T/out")"
+
+# 3. ping: 4 nodes, connected, small offsets (one host), agent and schema versions
+fq -w "$HOSTS" ping --format csv
+expect_rc 0 "ping"
+python3 -c '
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 4, rows
+for r in rows:
+    assert r["status"] == "ok", r
+    assert abs(int(r["offset_us"])) < 50000, r
+    assert 0 <= int(r["rtt_us"]) < 1000000, r
+    assert r["schema"] == "1" and r["agent"], r
+    assert r["name"].startswith("clean"), r
+' "$T/out" || fail "ping: $(cat "$T/out")"
+
+# 4. clock table in the merge database, for plain queries too (HELLO's sample)
+fq -w "$HOSTS" --format csv --merge "SELECT count(*), max(abs(offset_ns)) < 50000000,
+	min(rtt_ns) >= 0 FROM clock" "SELECT 1"
+expect_rc 0 "clock table"
+[ "$(tail -n 1 "$T/out")" = "4,1,1" ] || fail "clock table: $(cat "$T/out")"
+
+# 5. slow rank 6 (node1) at 20%: exit 1, rank 6 on its node named first
+job slow --seed 6 --slow-rank 6 --slow-pct 20
+fq -w "$HOSTS" stragglers --since 2m
+expect_rc 1 "slow rank"
+head -n 1 "$T/out" | grep -q "^straggler: rank 6 on 127.0.0.1:[0-9]*$" ||
+	fail "slow report: $(cat "$T/out")"
+SLOWNODE=$(head -n 1 "$T/out" | sed 's/.* on //')
+SLOWPORT=$(cat "$T/slow1.port")
+[ "$SLOWNODE" = "127.0.0.1:$SLOWPORT" ] || fail "rank 6 is on node1 ($SLOWPORT), not $SLOWNODE"
+grep -q "cost: peers lost [0-9.]* GPU-seconds" "$T/out" || fail "no cost: $(cat "$T/out")"
+expect_err "1 straggler (first: rank 6 on "
+fq -w "$HOSTS" stragglers --since 2m --format ndjson
+expect_rc 1 "slow rank, ndjson"
+head -n 1 "$T/out" | grep -q '"rank":6,' || fail "ndjson: $(head -n 1 "$T/out")"
+tail -n 1 "$T/out" | grep -q '^{"coverage":{"total":4,"ok":4' || fail "ndjson coverage"
+# a straggler on partial coverage is still a finding (1); clean on partial is not 0
+fq -w "$HOSTS,127.0.0.1:$(free_port)" stragglers --since 2m
+expect_rc 1 "slow rank, one node down"
+expect_err "unreachable"
+fq -w "$HOSTS" stragglers --since 2m --threshold 1e5
+expect_rc 0 "slow rank under an absurd threshold"
+
+# 6. hung rank 9 (node2) at seq 120: exit 5, "stopped at seq 120"
+job hang --seed 3 --hang-rank 9 --hang-at 120
+fq -w "$HOSTS" stragglers --since 2m
+expect_rc 5 "hung rank"
+head -n 1 "$T/out" | grep -q "^hung: rank 9 on 127.0.0.1:$(cat "$T/hang2.port") stopped at seq 120 ([a-zA-Z]*AllReduce)" ||
+	fail "hang report: $(cat "$T/out")"
+# a hang wins over coverage and TLS trouble
+fq -w "$HOSTS,127.0.0.1:$(free_port)" stragglers --since 2m
+expect_rc 5 "hung rank, one node down"
+
+# 7. clean job with a node down: coverage short, never 0
+fq -w "127.0.0.1:$(cat "$T/clean0.port"),127.0.0.1:$(free_port)" stragglers --since 2m
+expect_rc 3 "clean on partial coverage"
+fq -w "127.0.0.1:$(free_port)" stragglers --since 2m
+expect_rc 3 "no node answered"
+grep -q "^no answer" "$T/out" || fail "no-answer report: $(cat "$T/out")"
+
+echo PASS

@@ -1,0 +1,66 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Where the analysis SQL comes from: $FLEETQ_SQL_DIR, else the files installed or next to a
+# build tree, else the copies built into the binary (a binary copied alone still works);
+# --show-sql prints both files with their parameters; broken files fail before any fan-out.
+set -u
+export FLEETQ_CONFIG=/dev/null
+T=$(mktemp -d "${TMPDIR:-/tmp}/fq-sqlfiles.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+SRC=$FLEETQ_SQL_DIR
+
+# 1. --show-sql: both files, the parameter values, exit 0, no hosts needed
+"$FLEETQ" stragglers --show-sql --since 5m --threshold 2.5 --job 42 --comm 00112233AABBCCDD \
+	>"$T/out" 2>"$T/err" || fail "--show-sql: exit $?: $(cat "$T/err")"
+grep -q "^-- node SQL, run on every node: $SRC/stragglers.node.sql$" "$T/out" || fail "node origin"
+grep -q "^-- merge SQL, run over tables results and clock: $SRC/stragglers.merge.sql$" "$T/out" ||
+	fail "merge origin"
+grep -q "^-- stragglers.node.sql: what every node sends" "$T/out" || fail "node text"
+grep -q "^-- stragglers.merge.sql: " "$T/out" || fail "merge text"
+grep -q "^--   :since_ns = [0-9]* (coordinator clock now minus the window" "$T/out" || fail "since"
+grep -q "^--   :threshold = 2.5$" "$T/out" || fail "threshold"
+grep -q "^--   :job = '42'$" "$T/out" || fail "job"
+grep -q "^--   :comm = '00112233aabbccdd'$" "$T/out" || fail "comm, lowercased"
+"$FLEETQ" netcheck --show-sql --since all >"$T/out" 2>&1 || fail "netcheck --show-sql"
+grep -q "^--   :since_ns = 0 (all time)$" "$T/out" || fail "--since all: $(head -n 5 "$T/out")"
+grep -q "^-- netcheck.merge.sql: " "$T/out" || fail "netcheck merge text"
+
+# 2. a copy of the binary alone: the built-in copies, identical to the source files
+mkdir -p "$T/bin"
+cp "$FLEETQ" "$T/bin/fleetq"
+for a in stragglers netcheck; do
+	env -u FLEETQ_SQL_DIR "$T/bin/fleetq" $a --show-sql --since all >"$T/out" 2>&1 ||
+		fail "copied binary: $a --show-sql"
+	origin=$(sed -n 's/^-- node SQL, run on every node: //p' "$T/out")
+	case $origin in
+	"built in" | */share/fleetq/sql/analysis/$a.node.sql) ;;
+	*) fail "copied binary read '$origin'" ;;
+	esac
+	if [ "$origin" = "built in" ]; then
+		# the node file: from its SPDX line to the blank line before the merge header
+		awk '/^-- merge SQL/ { exit } /^-- SPDX/ { on = 1 } on' "$T/out" | sed '$d' >"$T/node.sql"
+		cmp -s "$T/node.sql" "$SRC/$a.node.sql" || fail "built-in $a.node.sql differs from $SRC"
+	fi
+done
+
+# 3. adapted files: the user's folder wins; a broken file fails once, locally, naming it
+mkdir "$T/sql"
+cp "$SRC"/*.sql "$T/sql/"
+sed -i 's/^SELECT .coll. AS kind,/SELECT :foo AS foo, '"'"'coll'"'"' AS kind,/' "$T/sql/stragglers.node.sql"
+sed -i 's/^SELECT .last.,/SELECT NULL, '"'"'last'"'"',/; s/^SELECT .now.,/SELECT NULL, '"'"'now'"'"',/' \
+	"$T/sql/stragglers.node.sql"
+FLEETQ_SQL_DIR=$T/sql "$FLEETQ" stragglers --show-sql >"$T/out" 2>"$T/err" ||
+	fail "adapted file: $(cat "$T/err")"
+grep -q "^--   :foo = NULL (not set by fleetq)$" "$T/out" || fail "unknown parameter not shown"
+echo "SELECT nosuchcolumn FROM results" >"$T/sql/stragglers.merge.sql"
+FLEETQ_SQL_DIR=$T/sql "$FLEETQ" -w 127.0.0.1:1 stragglers >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "$T/sql/stragglers.merge.sql: no such column" "$T/err" ||
+	fail "broken merge file: rc=$rc $(cat "$T/err")"
+rm "$T/sql/netcheck.node.sql"
+FLEETQ_SQL_DIR=$T/sql "$FLEETQ" -w 127.0.0.1:1 netcheck >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc = 2 ] && grep -q "cannot read '$T/sql/netcheck.node.sql'.*FLEETQ_SQL_DIR" "$T/err" ||
+	fail "missing file: rc=$rc $(cat "$T/err")"
+echo PASS
