@@ -18,8 +18,15 @@ ap.add_argument("--delay-ms", type=float, default=0.0)
 ap.add_argument("--delay-from", type=int, default=0, help="step at which the delay starts")
 ap.add_argument("--mm-size", type=int, default=1024, help="matmul size: compute per step")
 ap.add_argument("--mm-reps", type=int, default=1)
+ap.add_argument("--cgroup-parent", default="",
+                help="move each rank into PARENT/nodeLOCAL_RANK (cgroup v2) before NCCL starts")
 ap.add_argument("--out", default="")
 a = ap.parse_args()
+
+if a.cgroup_parent:
+    with open(os.path.join(a.cgroup_parent, "node%s" % os.environ.get("LOCAL_RANK", "0"),
+                           "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
 
 dist.init_process_group("nccl")
 rank, world = dist.get_rank(), dist.get_world_size()
