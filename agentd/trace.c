@@ -26,7 +26,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -47,7 +49,13 @@
 #include "records.h"
 #include "store.h"
 
-#define DEFAULT_RING_BYTES (16u << 20)
+/*
+ * The ring buffer's data pages are mapped twice into agentd (so records can wrap) and the
+ * kernel maps them all at mmap time: it costs 2x this in RSS from the start. 4 MiB holds
+ * ~35k call events, ~175 ms of 200k events/s should the poll thread fall behind; events
+ * beyond that show up in meta ring_drops (FQ_RING_BYTES raises it).
+ */
+#define DEFAULT_RING_BYTES (4u << 20)
 #define DEFAULT_MIN_OFFCPU_NS 10000
 #define COMM_BUCKETS 1024
 #define PROC_BUCKETS 1024
@@ -618,6 +626,47 @@ static int on_event(void *ctx, void *data, size_t len)
 
 /* ---- attaching ---- */
 
+/*
+ * Detaching a uprobe costs the kernel RCU grace periods under its global event_mutex
+ * (~80 ms a link here; threads do not overlap them), and so does the exit that drops the
+ * last reference: agentd took seconds to exit after SIGTERM (15 s with a real stack's
+ * links). Once the trace is drained and flushed nothing needs to wait for that. A forked
+ * child keeps a reference to every link until this process has exited (EOF on a pipe
+ * only we hold open), so our own close is cheap; the kernel detaches as the child exits.
+ * The child only reads and exits (async-signal-safe), with stdio on /dev/null so that
+ * nobody waiting for EOF on our output waits for it.
+ */
+static void detach_after_exit(void)
+{
+	int p[2], null;
+	pid_t pid;
+	char c;
+
+	if (pipe2(p, O_CLOEXEC))
+		return;
+	pid = fork();
+	if (pid == 0) {
+		struct sigaction sa = { .sa_handler = SIG_DFL };
+
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+		null = open("/dev/null", O_RDWR);
+		if (null >= 0) {
+			dup2(null, 0);
+			dup2(null, 1);
+			dup2(null, 2);
+		}
+		close(p[1]);
+		while (read(p[0], &c, 1) < 0 && errno == EINTR)
+			;
+		_exit(0);
+	}
+	close(p[0]);
+	if (pid < 0)
+		close(p[1]);
+	/* else p[1] stays open until this process exits: that is the child's signal */
+}
+
 static int add_link(struct tracer *t, struct bpf_link *l)
 {
 	int err = 0;
@@ -976,6 +1025,7 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	bpf_program__set_autoload(t->skel->progs.sched_switch, !!(t->sets & PROBE_SCHED));
 	bpf_program__set_autoload(t->skel->progs.tcp_retransmit, !!(t->sets & PROBE_TCP));
 	bpf_program__set_autoload(t->skel->progs.proc_exec, !!(t->sets & PROBE_PROC));
+	bpf_program__set_autoload(t->skel->progs.cgroup_attach, !!(t->sets & PROBE_PROC));
 	err = fqtrace_bpf__load(t->skel);
 	if (err) {
 		if (asprintf(cause,
@@ -1048,6 +1098,9 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 
 		if (!l || add_link(t, l))
 			tlog("cannot attach sched_process_exec: %s", strerror(errno));
+		l = bpf_program__attach(t->skel->progs.cgroup_attach);
+		if (!l || add_link(t, l))
+			tlog("cannot attach cgroup_attach_task: %s", strerror(errno));
 	}
 	{
 		struct bpf_link *l = bpf_program__attach(t->skel->progs.proc_exit);
@@ -1098,6 +1151,8 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	}
 	t->disc_started = 1;
 	free(scope_dir);
+	/* loading parsed the kernel's BTF (megabytes, freed since): give it back to the OS */
+	malloc_trim(0);
 	return t;
 fail:
 	free(scope_dir);
@@ -1153,12 +1208,9 @@ void tracer_stop(struct tracer *t)
 	pthread_mutex_unlock(&t->mu);
 	if (t->disc_started)
 		pthread_join(t->disc_th, NULL);
-	/* no new events past here; then take what the ring buffer still holds */
-	for (i = 0; i < t->nlinks; i++)
-		bpf_link__destroy(t->links[i]);
-	t->nlinks = 0;
 	if (t->poll_started)
 		pthread_join(t->poll_th, NULL);
+	/* take what the ring buffer holds and flush it before detaching (see above) */
 	if (t->rb) {
 		ring_buffer__consume(t->rb);
 		if (t->store) {
@@ -1170,10 +1222,15 @@ void tracer_stop(struct tracer *t)
 				tlog("%" PRId64 " events lost: the ring buffer was full "
 				     "(raise FQ_RING_BYTES)", drops);
 		}
-		ring_buffer__free(t->rb);
 	}
-	fqtrace_bpf__destroy(t->skel);
 	store_close(t->store);
+	if (t->nlinks)
+		detach_after_exit();
+	for (i = 0; i < t->nlinks; i++)
+		bpf_link__destroy(t->links[i]);
+	t->nlinks = 0;
+	ring_buffer__free(t->rb);
+	fqtrace_bpf__destroy(t->skel);
 	ib_poller_free(t->ib);
 	discover_free(t->disc);
 	if (t->cg_fd >= 0)

@@ -494,6 +494,32 @@ int BPF_PROG(proc_exec, struct task_struct *p)
 	return 0;
 }
 
+/*
+ * A process moved into another cgroup after its exec (a launcher that places each
+ * rank after starting it): with a scope, user space must look at it now, not at the
+ * next full rescan, or it misses the communicator init. Rare, so every move is sent
+ * (as an exec event of the moved process) and user space checks the scope.
+ */
+SEC("tp_btf/cgroup_attach_task")
+int BPF_PROG(cgroup_attach, struct cgroup *dst, const char *path, struct task_struct *task,
+	     bool threadgroup)
+{
+	uint64_t id;
+	struct fq_ev_proc *e;
+
+	if (!scoped)
+		return 0;
+	id = ((uint64_t)BPF_CORE_READ(task, tgid) << 32) | (uint32_t)BPF_CORE_READ(task, pid);
+	e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_hdr(&e->h, FQ_EV_EXEC, id, 0, now_ns());
+	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
+	e->exit_code = 0;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(proc_exit, struct task_struct *p)
 {

@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: MIT
+# Shared by the bench/*.sh scripts (sourced, not run). Each script takes the build
+# directory as $1 (default: build) and ends with one line per figure:
+#   RESULT <name> <value> <unit> baseline=<value> ratio=<value/baseline> target=<text> met=<yes|no|->
+# which bench/run-all collects into its summary. Inputs that take long to make are cached
+# under $FQ_BENCH_CACHE (default /tmp/fq-bench-cache), keyed by their parameters.
+set -eu
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+B=$(cd "${1:-$SRC/build}" && pwd) || { echo "bench: no build directory '${1:-build}'" >&2; exit 1; }
+AGENTD=${AGENTD:-$B/agentd/agentd}
+FLEETQ=$B/fanout/fleetq
+TRACEGEN=$B/tests/tracegen/fq-tracegen
+STANDIN=$B/standin
+MKCERTS=$SRC/certs/mkcerts
+CACHE=${FQ_BENCH_CACHE:-/tmp/fq-bench-cache}
+REPS=${FQ_BENCH_REPS:-5}
+export FLEETQ_CONFIG=/dev/null
+unset SLURM_JOB_NODELIST
+mkdir -p "$CACHE"
+command -v sqlite3 >/dev/null || { echo "bench: needs the sqlite3 CLI" >&2; exit 1; }
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/fq-bench.XXXXXX")
+PIDS=
+cleanup() {
+	for p in $PIDS; do
+		kill "$p" 2>/dev/null || true
+	done
+	for p in $PIDS; do
+		wait "$p" 2>/dev/null || true
+	done
+	if [ -n "${KEEP:-}" ]; then echo "kept $T" >&2; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+die() {
+	echo "bench: $*" >&2
+	for f in "$T"/*.err; do
+		[ -s "$f" ] && tail -n 5 "$f" | sed "s|^|  $(basename "$f"): |" >&2
+	done
+	exit 1
+}
+
+need() {
+	for x in "$@"; do
+		[ -x "$x" ] || die "missing '$x': build it first (cmake --build $B)"
+	done
+}
+
+now() { date +%s.%N; }
+# calc EXPR: floating-point arithmetic
+calc() { echo "scale=6; $*" | bc -l | sed 's/^\./0./; s/^-\./-0./'; }
+# fmt X [DIGITS]
+fmt() { printf "%.${2:-2}f" "$1"; }
+# median X...: the middle value (the lower middle for an even count)
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# timeit CMD...: wall seconds of one run of CMD (stdout and stderr to $T/timeit.*)
+timeit() {
+	t0=$(now)
+	"$@" >"$T/timeit.out" 2>"$T/timeit.err" || die "failed: $* ($(tail -n 2 "$T/timeit.err"))"
+	t1=$(now)
+	calc "$t1 - $t0"
+}
+# result NAME VALUE UNIT BASELINE TARGET MET
+result() {
+	r=-
+	if [ "$4" != - ]; then r=$(fmt "$(calc "$2 / $4")" 3); fi
+	echo "RESULT $1 $2 $3 baseline=$4 ratio=$r target=$5 met=$6"
+}
+
+# certs HOST...: a CA, node certificates and a client certificate in $T/certs
+certs() {
+	"$MKCERTS" "$T/certs" "$@" >"$T/mkcerts.err" 2>&1 || die "mkcerts failed"
+}
+
+# start_agent NAME DB [agentd options...]: agentd on 127.0.0.1:0 with real mTLS
+# (certificate 127.0.0.1 from certs); sets PORT and APID.
+start_agent() {
+	name=$1 db=$2
+	shift 2
+	rm -f "$T/$name.port"
+	"$AGENTD" --listen 127.0.0.1:0 --port-file "$T/$name.port" --db "$db" \
+		--ca "$T/certs/ca.crt" --cert "$T/certs/127.0.0.1.crt" \
+		--key "$T/certs/127.0.0.1.key" --node "$name" "$@" 2>>"$T/$name.err" &
+	APID=$!
+	PIDS="$PIDS $APID"
+	i=0
+	until [ -s "$T/$name.port" ]; do
+		i=$((i + 1))
+		[ $i -lt 600 ] || die "agentd $name did not start"
+		kill -0 "$APID" 2>/dev/null || die "agentd $name exited"
+		sleep 0.05
+	done
+	PORT=$(cat "$T/$name.port")
+}
+
+# fq ARGS...: fleetq with the bench client certificate
+fq() {
+	"$FLEETQ" --ca "$T/certs/ca.crt" --cert "$T/certs/client.crt" --key "$T/certs/client.key" "$@"
+}
+
+# kib PID FIELD: a /proc/PID/status field (VmRSS, VmHWM, ...) in KiB
+kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
