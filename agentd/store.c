@@ -35,7 +35,7 @@
 
 #define DEFAULT_BATCH_ROWS 8192
 #define DEFAULT_BATCH_MS 200
-#define DEFAULT_QUEUE_ROWS 65536
+#define DEFAULT_QUEUE_ROWS 32768
 #define MAX_QUEUE_ROWS (1 << 24)
 #define RETAIN_INTERVAL_NS (10 * 1000000000LL)
 /* Rows one retention pass deletes per table at most: keeps a pass short so
@@ -44,8 +44,9 @@
 #define RETAIN_CHUNK 100000
 /* Share of the stored time span that a size-retention pass deletes. */
 #define RETAIN_SIZE_PCT 10
-/* The writer's page cache: big enough that index pages of a batch stay hot. */
-#define CACHE_KIB 32768
+/* The writer's page cache: index pages of a batch stay hot; 8 MiB keeps agentd under
+ * its 32 MB RSS target (a 32 MiB cache measured no faster on 2 cores). */
+#define CACHE_KIB 8192
 #ifndef FLEETQ_VERSION
 #define FLEETQ_VERSION "unknown"
 #endif
