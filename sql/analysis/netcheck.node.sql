@@ -40,13 +40,57 @@ coll AS NOT MATERIALIZED (
 	WHERE (prm.comm IS NULL OR c.comm_hash = prm.comm)
 	  AND (prm.job IS NULL OR c.pid IN jobpid)
 ),
-newest AS (
-	SELECT comm_hash, max(seq) AS seq FROM coll GROUP BY comm_hash
+-- every (pid, comm_hash, rank) and its newest seq, by skipping through the partial index
+-- collectives_key: as in stragglers.node.sql
+keys(id) AS (
+	SELECT (SELECT rowid FROM collectives WHERE seq % 64 = 0
+		ORDER BY pid, comm_hash, rank LIMIT 1)
+	UNION ALL
+	SELECT coalesce(
+		(SELECT c.rowid FROM collectives c
+		 WHERE c.seq % 64 = 0 AND c.pid = k.pid AND c.comm_hash = k.comm_hash
+		   AND c.rank > coalesce(k.rank, -1)
+		 ORDER BY c.rank LIMIT 1),
+		(SELECT c.rowid FROM collectives c
+		 WHERE c.seq % 64 = 0 AND c.pid = k.pid AND c.comm_hash > k.comm_hash
+		 ORDER BY c.comm_hash, c.rank LIMIT 1),
+		(SELECT c.rowid FROM collectives c
+		 WHERE c.seq % 64 = 0 AND c.pid > k.pid
+		 ORDER BY c.pid, c.comm_hash, c.rank LIMIT 1))
+	FROM keys JOIN collectives k ON k.rowid = keys.id
 ),
+-- per key, its newest multiple of 64 (the index again), then its newest seq among the
+-- next 64 through collectives_comm_seq
+mark AS (
+	SELECT k.pid, k.comm_hash, k.rank,
+	       (SELECT max(x.seq) FROM collectives x
+		WHERE x.seq % 64 = 0 AND x.pid = k.pid AND x.comm_hash = k.comm_hash
+		  AND x.rank IS k.rank) AS seq
+	FROM keys CROSS JOIN collectives k CROSS JOIN prm
+	WHERE k.rowid = keys.id
+	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm)
+	  AND (prm.job IS NULL OR k.pid IN jobpid)
+),
+newest AS (
+	SELECT m.comm_hash,
+	       max((SELECT max(y.seq) FROM collectives y
+		    WHERE y.comm_hash = m.comm_hash AND y.seq >= m.seq AND y.seq < m.seq + 64
+		      AND y.pid = m.pid AND y.rank IS m.rank)) AS seq
+	FROM mark m
+	GROUP BY m.comm_hash
+),
+-- two ways into the window, as in stragglers.node.sql
 win AS (
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq
-	FROM newest n, prm, coll c
-	WHERE c.comm_hash = n.comm_hash
+	FROM prm CROSS JOIN coll c
+	WHERE prm.since_ns > 0 AND prm.max_seqs IS NULL
+	  AND c.ts_ns >= prm.since_ns
+	  AND c.comm_hash IS NOT NULL
+	UNION ALL
+	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq
+	FROM prm CROSS JOIN newest n CROSS JOIN coll c
+	WHERE NOT (prm.since_ns > 0 AND prm.max_seqs IS NULL)
+	  AND c.comm_hash = n.comm_hash
 	  AND c.seq > coalesce(n.seq - prm.max_seqs, -1)
 	  AND c.ts_ns >= prm.since_ns
 ),

@@ -14,6 +14,7 @@
 --   kind      'coll': one collective inside the window
 --             'last': the newest collective of one (comm_hash, rank, pid), over ALL time,
 --                     so the merge sees a rank that stopped even with no rows in the window
+--                     (communicators with a known comm_hash, i.e. seq not NULL)
 --             'now':  one row, ts_ns = this node's current time (everything else NULL)
 --   comm_hash, rank, nranks, pid, tid, seq, op, ts_ns (enqueue, node clock), dur_ns (enqueue
 --   call), busy_ns (on-CPU since the previous collective),
@@ -36,21 +37,71 @@ coll AS NOT MATERIALIZED (
 	WHERE (prm.comm IS NULL OR c.comm_hash = prm.comm)
 	  AND (prm.job IS NULL OR c.pid IN jobpid)
 ),
--- newest collective of every (communicator, rank, process); SQLite takes the bare
--- columns (op, ts_ns, ...) from the row that holds max(seq)
+-- one collective (its rowid) of every distinct (pid, comm_hash, rank), found by skipping
+-- through the partial index collectives_key (pid, comm_hash, rank, seq) WHERE seq % 64 = 0
+-- one key at a time: an index probe per key instead of a scan of every collective. Each
+-- step takes the next rank of the same (pid, comm_hash), else the next comm_hash of the
+-- pid, else the next pid. Every communicator whose init agentd saw has seq 0 (and a known
+-- comm_hash); the coalesce() steps past a NULL rank (ranks are >= 0).
+keys(id) AS (
+	SELECT (SELECT rowid FROM collectives WHERE seq % 64 = 0
+		ORDER BY pid, comm_hash, rank LIMIT 1)
+	UNION ALL
+	SELECT coalesce(
+		(SELECT c.rowid FROM collectives c
+		 WHERE c.seq % 64 = 0 AND c.pid = k.pid AND c.comm_hash = k.comm_hash
+		   AND c.rank > coalesce(k.rank, -1)
+		 ORDER BY c.rank LIMIT 1),
+		(SELECT c.rowid FROM collectives c
+		 WHERE c.seq % 64 = 0 AND c.pid = k.pid AND c.comm_hash > k.comm_hash
+		 ORDER BY c.comm_hash, c.rank LIMIT 1),
+		(SELECT c.rowid FROM collectives c
+		 WHERE c.seq % 64 = 0 AND c.pid > k.pid
+		 ORDER BY c.pid, c.comm_hash, c.rank LIMIT 1))
+	FROM keys JOIN collectives k ON k.rowid = keys.id
+),
+-- per key, its newest multiple of 64 (the index again), then its newest seq among the
+-- next 64 through collectives_comm_seq
+mark AS (
+	SELECT k.pid, k.comm_hash, k.rank,
+	       (SELECT max(x.seq) FROM collectives x
+		WHERE x.seq % 64 = 0 AND x.pid = k.pid AND x.comm_hash = k.comm_hash
+		  AND x.rank IS k.rank) AS seq
+	FROM keys CROSS JOIN collectives k CROSS JOIN prm
+	WHERE k.rowid = keys.id
+	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm)
+	  AND (prm.job IS NULL OR k.pid IN jobpid)
+),
+-- newest collective (max seq) of every (communicator, rank, process) of the job and
+-- communicator asked for
 last AS (
-	SELECT comm_hash, rank, nranks, pid, tid, max(seq) AS seq, op, ts_ns
-	FROM coll GROUP BY comm_hash, rank, pid
+	SELECT c.comm_hash, c.rank, c.nranks, c.pid, c.tid, c.seq, c.op, c.ts_ns
+	FROM mark m CROSS JOIN collectives c
+	WHERE c.rowid = (SELECT y.rowid FROM collectives y
+			 WHERE y.comm_hash = m.comm_hash AND y.seq >= m.seq AND y.seq < m.seq + 64
+			   AND y.pid = m.pid AND y.rank IS m.rank
+			 ORDER BY y.seq DESC LIMIT 1)
 ),
 newest AS (
 	SELECT comm_hash, max(seq) AS seq FROM last GROUP BY comm_hash
 ),
--- the window: newer than :since_ns and among the newest :max_seqs of its communicator
+-- the window: newer than :since_ns and among the newest :max_seqs of its communicator.
+-- Two ways in, so that neither reads the whole communicator: with :since_ns alone,
+-- the ts_ns index from :since_ns on; otherwise collectives_comm_seq from the first seq
+-- kept (newest - :max_seqs, or every seq when neither is set).
 win AS (
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
 	       c.busy_ns
-	FROM newest n, prm, coll c
-	WHERE c.comm_hash = n.comm_hash
+	FROM prm CROSS JOIN coll c
+	WHERE prm.since_ns > 0 AND prm.max_seqs IS NULL
+	  AND c.ts_ns >= prm.since_ns
+	  AND c.comm_hash IS NOT NULL
+	UNION ALL
+	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
+	       c.busy_ns
+	FROM prm CROSS JOIN newest n CROSS JOIN coll c
+	WHERE NOT (prm.since_ns > 0 AND prm.max_seqs IS NULL)
+	  AND c.comm_hash = n.comm_hash
 	  AND c.seq > coalesce(n.seq - prm.max_seqs, -1)
 	  AND c.ts_ns >= prm.since_ns
 ),
