@@ -336,6 +336,15 @@ static void look_at(struct discover *d, int pid, discover_lib_fn lib, discover_p
 	}
 }
 
+void discover_forget(struct discover *d, int pid)
+{
+	struct pid_ent *e;
+
+	for (e = d->pids[(unsigned int)pid % PID_BUCKETS]; e; e = e->next)
+		if (e->pid == pid)
+			e->state = PID_PENDING;
+}
+
 int discover_scan_pid(struct discover *d, int pid, discover_lib_fn lib, discover_proc_fn proc,
 		      void *arg)
 {

@@ -30,6 +30,8 @@ int discover_scan(struct discover *d, discover_lib_fn lib, discover_proc_fn proc
 /* The same for one pid (after an exec event). */
 int discover_scan_pid(struct discover *d, int pid, discover_lib_fn lib, discover_proc_fn proc,
 		      void *arg);
+/* Looks at pid afresh at the next scan (it exec'ed: new maps, new identity). */
+void discover_forget(struct discover *d, int pid);
 /* Marks a file identity as handled (attached at start from an explicit path). */
 void discover_add_file(struct discover *d, uint64_t dev, uint64_t ino);
 /* True if the file is a library fleetq probes (by name). */

@@ -85,6 +85,7 @@ struct proc_ent {
 
 struct exec_watch {
 	int pid;
+	int exec;     /* an exec, not a cgroup move: the process's identity is new */
 	int64_t since_ns, until_ns, next_ns;
 };
 
@@ -535,11 +536,23 @@ static void on_exit_ev(struct tracer *t, const struct fq_ev_proc *e)
 
 static void on_exec(struct tracer *t, const struct fq_ev_proc *e)
 {
+	int exec = e->h.type == FQ_EV_EXEC;
+
+	/*
+	 * After an exec the environment (RANK, WORLD_SIZE, job id) and the maps are new: a
+	 * process seen before it (a launcher's child placed in the scope before its exec)
+	 * is identified again.
+	 */
+	if (exec)
+		forget_process(t, (int)e->h.pid);
+	if (t->verbose)
+		tlog("exec or cgroup move: pid %u at %lld", e->h.pid, (long long)clock_ns(CLOCK_MONOTONIC));
 	pthread_mutex_lock(&t->mu);
 	if (t->nwatch < EXEC_PENDING) {
 		int64_t now = clock_ns(CLOCK_MONOTONIC);
 
 		t->watch[t->nwatch].pid = (int)e->h.pid;
+		t->watch[t->nwatch].exec = exec;
 		t->watch[t->nwatch].since_ns = now;
 		t->watch[t->nwatch].next_ns = now;
 		t->watch[t->nwatch].until_ns = now + EXEC_WATCH_NS;
@@ -564,6 +577,7 @@ static int on_event(void *ctx, void *data, size_t len)
 	}
 	atomic_fetch_add(&t->events, 1);
 	if (h->pid && h->type != FQ_EV_TCP && h->type != FQ_EV_EXEC && h->type != FQ_EV_EXIT &&
+	    h->type != FQ_EV_CGMOVE &&
 	    !known_process(t, (int)h->pid))
 		emit_process(t, (int)h->pid);
 	switch (h->type) {
@@ -613,6 +627,7 @@ static int on_event(void *ctx, void *data, size_t len)
 			on_tcp(t, data);
 		break;
 	case FQ_EV_EXEC:
+	case FQ_EV_CGMOVE:
 		if (len >= sizeof(struct fq_ev_proc))
 			on_exec(t, data);
 		break;
@@ -628,44 +643,12 @@ static int on_event(void *ctx, void *data, size_t len)
 
 /*
  * Detaching a uprobe costs the kernel RCU grace periods under its global event_mutex
- * (~80 ms a link here; threads do not overlap them), and so does the exit that drops the
- * last reference: agentd took seconds to exit after SIGTERM (15 s with a real stack's
- * links). Once the trace is drained and flushed nothing needs to wait for that. A forked
- * child keeps a reference to every link until this process has exited (EOF on a pipe
- * only we hold open), so our own close is cheap; the kernel detaches as the child exits.
- * The child only reads and exits (async-signal-safe), with stdio on /dev/null so that
- * nobody waiting for EOF on our output waits for it.
+ * (~80 ms a link here), so agentd takes seconds to exit after SIGTERM; the trace is
+ * drained and flushed before that. Handing the links to a child that outlives us made
+ * the exit prompt, but the detaches then overlapped the next agent's attaches on the same
+ * files (a restart, or several agents on one host), which lost that agent's events: the
+ * detach stays here, where whoever waits for our exit waits for it too.
  */
-static void detach_after_exit(void)
-{
-	int p[2], null;
-	pid_t pid;
-	char c;
-
-	if (pipe2(p, O_CLOEXEC))
-		return;
-	pid = fork();
-	if (pid == 0) {
-		struct sigaction sa = { .sa_handler = SIG_DFL };
-
-		sigaction(SIGTERM, &sa, NULL);
-		sigaction(SIGINT, &sa, NULL);
-		null = open("/dev/null", O_RDWR);
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-			dup2(null, 2);
-		}
-		close(p[1]);
-		while (read(p[0], &c, 1) < 0 && errno == EINTR)
-			;
-		_exit(0);
-	}
-	close(p[0]);
-	if (pid < 0)
-		close(p[1]);
-	/* else p[1] stays open until this process exits: that is the child's signal */
-}
 
 static int add_link(struct tracer *t, struct bpf_link *l)
 {
@@ -825,12 +808,16 @@ static void *disc_main(void *arg)
 			if (x->next_ns > now)
 				continue;
 			w[n++] = *x;
+			x->exec = 0; /* forget once */
 			x->next_ns = now + (now - x->since_ns < EXEC_FAST_NS ? 2000000LL
 									     : 20000000LL);
 		}
 		pthread_mutex_unlock(&t->mu);
-		for (i = 0; i < n; i++)
+		for (i = 0; i < n; i++) {
+			if (w[i].exec)
+				discover_forget(t->disc, w[i].pid);
 			discover_scan_pid(t->disc, w[i].pid, lib_found, proc_found, t);
+		}
 		pthread_mutex_lock(&t->mu);
 		now = clock_ns(CLOCK_MONOTONIC);
 		for (i = 0; i < t->nwatch;) {
@@ -1224,8 +1211,6 @@ void tracer_stop(struct tracer *t)
 		}
 	}
 	store_close(t->store);
-	if (t->nlinks)
-		detach_after_exit();
 	for (i = 0; i < t->nlinks; i++)
 		bpf_link__destroy(t->links[i]);
 	t->nlinks = 0;

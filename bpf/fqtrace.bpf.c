@@ -498,7 +498,7 @@ int BPF_PROG(proc_exec, struct task_struct *p)
  * A process moved into another cgroup after its exec (a launcher that places each
  * rank after starting it): with a scope, user space must look at it now, not at the
  * next full rescan, or it misses the communicator init. Rare, so every move is sent
- * (as an exec event of the moved process) and user space checks the scope.
+ * and user space checks the scope.
  */
 SEC("tp_btf/cgroup_attach_task")
 int BPF_PROG(cgroup_attach, struct cgroup *dst, const char *path, struct task_struct *task,
@@ -513,7 +513,7 @@ int BPF_PROG(cgroup_attach, struct cgroup *dst, const char *path, struct task_st
 	e = reserve(sizeof(*e));
 	if (!e)
 		return 0;
-	fill_hdr(&e->h, FQ_EV_EXEC, id, 0, now_ns());
+	fill_hdr(&e->h, FQ_EV_CGMOVE, id, 0, now_ns());
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	e->exit_code = 0;
 	bpf_ringbuf_submit(e, 0);

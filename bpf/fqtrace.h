@@ -30,6 +30,7 @@ enum fq_ev_type {
 	FQ_EV_TCP,
 	FQ_EV_EXEC,
 	FQ_EV_EXIT,
+	FQ_EV_CGMOVE, /* a process moved to another cgroup (fq_ev_proc) */
 };
 
 enum fq_kind {

@@ -77,6 +77,11 @@ int coverage_outcome(const struct coverage *c, size_t i)
 	return c->nodes[i].outcome;
 }
 
+int64_t coverage_rows(const struct coverage *c, size_t i)
+{
+	return c->nodes[i].rows;
+}
+
 const char *coverage_message(const struct coverage *c, size_t i)
 {
 	return c->nodes[i].message;

@@ -47,6 +47,8 @@ void coverage_set(struct coverage *c, size_t i, int outcome, int64_t rows, const
 int coverage_outcome(const struct coverage *c, size_t i);
 /* Node i's message (why it failed), or NULL; owned by c. */
 const char *coverage_message(const struct coverage *c, size_t i);
+/* Rows node i sent (merged or not). */
+int64_t coverage_rows(const struct coverage *c, size_t i);
 size_t coverage_count(const struct coverage *c, int outcome);
 size_t coverage_total(const struct coverage *c);
 

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "coverage.h"
 #include "fanout.h"
+#include "gate.h"
 #include "hostlist.h"
 #include "merge.h"
 #include "output.h"
@@ -31,6 +32,7 @@
 static const char usage_text[] =
 	"usage: fleetq [OPTIONS] \"SQL\"\n"
 	"       fleetq [OPTIONS] stragglers | netcheck | ping [OPTIONS]\n"
+	"       fleetq [OPTIONS] gate --save FILE | --baseline FILE [OPTIONS]\n"
 	"       fleetq help | version\n"
 	"\n"
 	"Sends one read-only SQL query to agentd on every node, merges the rows into\n"
@@ -43,6 +45,7 @@ static const char usage_text[] =
 	"  stragglers               rank the ranks that slow their communicators, and hung ones\n"
 	"  netcheck                 TCP retransmits and InfiniBand errors inside slow collectives\n"
 	"  ping                     per node: round trip, clock offset, agent, trace health\n"
+	"  gate                     CI regression gate: record metrics, or compare with a baseline\n"
 	"  query SQL                the plain query (also without the word 'query')\n"
 	"\n"
 	"hosts:\n"
@@ -68,9 +71,12 @@ static const char usage_text[] =
 	"results:\n"
 	"  --merge SQL              run SQL over the merged table 'results' and print that\n"
 	"                           (table 'clock' has node, offset_ns, rtt_ns)\n"
-	"  --format FMT             table, csv, tsv, json, ndjson\n"
+	"  --format FMT             table, csv, tsv, json, ndjson; junit (gate only)\n"
 	"                           (default: table on a terminal, else tsv; subcommands:\n"
 	"                           a report, unless --format is given)\n"
+	"  --fail-if SQL            after the merge, run SQL over 'results' and 'clock' (gate:\n"
+	"                           'gate', 'gate_now' and the trace tables); any row it returns\n"
+	"                           is printed on stderr and makes the exit status 1\n"
 	"  --min-coverage FRACTION  fewest nodes that must answer fully, 0..1 (default 1.0)\n"
 	"  -q, --quiet              no summaries on stderr\n"
 	"  -h, --help               this text\n"
@@ -85,15 +91,33 @@ static const char usage_text[] =
 	"  --all                    every rank (stragglers) or every counter (netcheck)\n"
 	"  --show-sql               print the node and merge SQL with their parameters, exit\n"
 	"\n"
+	"gate (see docs/gate.md; --since default 10m there, --job and --show-sql apply too):\n"
+	"  --save FILE              record the metrics and the fleet's shape in FILE (JSON)\n"
+	"  --append                 with --save: add this run to FILE (repeated clean runs\n"
+	"                           give the baseline its spread)\n"
+	"  --baseline FILE          compare with FILE; exit 1 when a metric regressed\n"
+	"  --metric NAME[:higher]=SQL  a metric: SQL over the merged trace tables (each with a\n"
+	"                           node column); last column the value, a 'rank' column makes\n"
+	"                           it per rank; :higher when larger is better (repeatable)\n"
+	"  --builtin LIST           built-in metrics, comma-separated, or all (without --metric\n"
+	"                           or a baseline naming them: all but sync_wait_skew)\n"
+	"  --samples N              split the job's span into N slices, one value each\n"
+	"                           (default: the baseline's, else 1)\n"
+	"  --tolerance P            worse than the baseline median by more than P% fails\n"
+	"                           (default 10%) ...\n"
+	"  --mad-k K                ... and by more than K baseline MADs (default 3)\n"
+	"\n"
 	"config file: $FLEETQ_CONFIG, else ~/.config/fleetq/config, else\n"
 	"/etc/fleetq/fleetq.conf; 'key = value' lines for ca, cert, key, port, fanout,\n"
 	"timeout, connect_timeout, format. Flags win. Analysis SQL: $FLEETQ_SQL_DIR, else\n"
 	"the installed files, else the ones built in.\n"
 	"\n"
 	"exit status (the first that applies, top down):\n"
-	"  2  usage, configuration or local error (also a failing --merge query)\n"
+	"  2  usage, configuration or local error (also a failing --merge query; gate: a\n"
+	"     baseline of another shape: other node or rank count)\n"
 	"  5  stragglers: a hung rank was found (even on partial coverage)\n"
-	"  1  stragglers: a straggler found; netcheck: a rank or node named\n"
+	"  1  stragglers: a straggler found; netcheck: a rank or node named; gate: a metric\n"
+	"     regressed; --fail-if returned rows\n"
 	"  4  TLS or authentication failed on at least one node (wins over 3)\n"
 	"  3  coverage below --min-coverage (timeouts, unreachable, SQL errors, truncation);\n"
 	"     for stragglers and netcheck also when no node answered\n"
@@ -135,6 +159,15 @@ enum {
 	OPT_THRESHOLD,
 	OPT_ALL,
 	OPT_SHOW_SQL,
+	OPT_FAIL_IF,
+	OPT_SAVE,
+	OPT_APPEND,
+	OPT_BASELINE,
+	OPT_METRIC,
+	OPT_BUILTIN,
+	OPT_SAMPLES,
+	OPT_TOLERANCE,
+	OPT_MAD_K,
 };
 
 static const struct option long_opts[] = {
@@ -161,6 +194,15 @@ static const struct option long_opts[] = {
 	{ "threshold", required_argument, NULL, OPT_THRESHOLD },
 	{ "all", no_argument, NULL, OPT_ALL },
 	{ "show-sql", no_argument, NULL, OPT_SHOW_SQL },
+	{ "fail-if", required_argument, NULL, OPT_FAIL_IF },
+	{ "save", required_argument, NULL, OPT_SAVE },
+	{ "append", no_argument, NULL, OPT_APPEND },
+	{ "baseline", required_argument, NULL, OPT_BASELINE },
+	{ "metric", required_argument, NULL, OPT_METRIC },
+	{ "builtin", required_argument, NULL, OPT_BUILTIN },
+	{ "samples", required_argument, NULL, OPT_SAMPLES },
+	{ "tolerance", required_argument, NULL, OPT_TOLERANCE },
+	{ "mad-k", required_argument, NULL, OPT_MAD_K },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -172,7 +214,7 @@ static const char *opt_name(int c)
 	return "?";
 }
 
-enum cmd_id { CMD_QUERY, CMD_STRAGGLERS, CMD_NETCHECK, CMD_PING, CMD_HELP, CMD_VERSION };
+enum cmd_id { CMD_QUERY, CMD_STRAGGLERS, CMD_NETCHECK, CMD_PING, CMD_GATE, CMD_HELP, CMD_VERSION };
 
 /* Where an option may appear: global ones anywhere, the rest after their subcommand. */
 #define ANALYSES (1u << CMD_STRAGGLERS | 1u << CMD_NETCHECK)
@@ -183,11 +225,21 @@ static unsigned opt_cmds(int c)
 		return 1u << CMD_QUERY;
 	case OPT_SINCE:
 	case OPT_JOB:
+	case OPT_SHOW_SQL:
+		return ANALYSES | 1u << CMD_GATE;
 	case OPT_COMM:
 	case OPT_THRESHOLD:
 	case OPT_ALL:
-	case OPT_SHOW_SQL:
 		return ANALYSES;
+	case OPT_SAVE:
+	case OPT_APPEND:
+	case OPT_BASELINE:
+	case OPT_METRIC:
+	case OPT_BUILTIN:
+	case OPT_SAMPLES:
+	case OPT_TOLERANCE:
+	case OPT_MAD_K:
+		return 1u << CMD_GATE;
 	default:
 		return ~0u;
 	}
@@ -210,6 +262,10 @@ struct query_opts {
 	char *comm;
 	double threshold; /* < 0: the file's default */
 	int all, show_sql;
+	const char *fail_if;
+	int junit; /* --format junit */
+	/* gate */
+	struct gate_args gate;
 };
 
 static int push(const char ***arr, size_t *n, const char *s)
@@ -252,7 +308,8 @@ static int parse_duration(const char *s, int64_t *ns)
 
 static const char *const cmd_names[] = {
 	[CMD_QUERY] = "query", [CMD_STRAGGLERS] = "stragglers", [CMD_NETCHECK] = "netcheck",
-	[CMD_PING] = "ping",   [CMD_HELP] = "help",		[CMD_VERSION] = "version",
+	[CMD_PING] = "ping",   [CMD_GATE] = "gate",		[CMD_HELP] = "help",
+	[CMD_VERSION] = "version",
 };
 
 /*
@@ -286,10 +343,12 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			return usage_error(
 				"option '--%s' does not apply to '%s': see fleetq --help",
 				opt_name(c), cmd_names[cmd]);
-		if (c >= OPT_HOSTS && cmd < 0 && opt_cmds(c) == ANALYSES)
+		if (c >= OPT_HOSTS && cmd < 0 && !(opt_cmds(c) & 1u << CMD_QUERY))
 			return usage_error("option '--%s' goes after the subcommand, e.g. fleetq "
-					   "-w HOSTS stragglers --%s ...",
-					   opt_name(c), opt_name(c));
+					   "-w HOSTS %s --%s ...",
+					   opt_name(c),
+					   opt_cmds(c) & ANALYSES ? "stragglers" : "gate",
+					   opt_name(c));
 		switch (c) {
 		case 1:
 			if (push(pos, npos, optarg))
@@ -303,6 +362,12 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			if (push(&q->host_files, &q->nfiles, optarg))
 				return usage_error("out of memory");
 			break;
+		case OPT_FORMAT:
+			/* junit is the gate's alone, not a config file format */
+			q->junit = !strcmp(optarg, "junit");
+			if (q->junit)
+				break;
+			/* fall through */
 		case OPT_CA:
 		case OPT_CERT:
 		case OPT_KEY:
@@ -310,7 +375,6 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 		case OPT_FANOUT:
 		case OPT_CONNECT_TIMEOUT:
 		case OPT_TIMEOUT:
-		case OPT_FORMAT:
 			err = config_set(&q->flags, keys[c - OPT_HOSTS], optarg, &cause);
 			if (err) {
 				usage_error("--%s: %s", opt_name(c),
@@ -383,6 +447,49 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			break;
 		case OPT_ALL:
 			q->all = 1;
+			break;
+		case OPT_FAIL_IF:
+			q->fail_if = optarg;
+			break;
+		case OPT_SAVE:
+			q->gate.save = optarg;
+			break;
+		case OPT_APPEND:
+			q->gate.append = 1;
+			break;
+		case OPT_BASELINE:
+			q->gate.baseline = optarg;
+			break;
+		case OPT_METRIC:
+			if (push(&q->gate.metrics, &q->gate.nmetrics, optarg))
+				return usage_error("out of memory");
+			break;
+		case OPT_BUILTIN:
+			q->gate.builtin = optarg;
+			break;
+		case OPT_SAMPLES:
+			errno = 0;
+			q->gate.samples = (int)strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || q->gate.samples < 1 ||
+			    q->gate.samples > 1000)
+				return usage_error("--samples: invalid count '%s': use a number "
+						   "from 1 to 1000",
+						   optarg);
+			break;
+		case OPT_TOLERANCE:
+			if (gate_parse_tolerance(optarg, &q->gate.tolerance))
+				return usage_error("--tolerance: invalid percentage '%s': use e.g. "
+						   "10%% or 2.5",
+						   optarg);
+			break;
+		case OPT_MAD_K:
+			errno = 0;
+			q->gate.mad_k = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(q->gate.mad_k >= 0) ||
+			    q->gate.mad_k > 1e6)
+				return usage_error("--mad-k: invalid factor '%s': use a number from "
+						   "0, e.g. 3",
+						   optarg);
 			break;
 		case OPT_INSECURE:
 			q->insecure = 1;
@@ -597,13 +704,14 @@ static int64_t realtime_now(void)
  * then coverage as for queries (4, 3), and 3 also when no node answered at
  * all: "clean" must mean "looked everywhere and found nothing".
  */
-static int analysis_exit(const struct an_findings *fd, const struct coverage *cov, double min)
+static int analysis_exit(const struct an_findings *fd, const struct coverage *cov, double min,
+			 int fail_if)
 {
 	int c;
 
 	if (fd->hung)
 		return FQ_EXIT_HANG;
-	if (fd->stragglers || fd->flagged)
+	if (fd->stragglers || fd->flagged || fail_if)
 		return FQ_EXIT_GATE;
 	c = coverage_exit(cov, min);
 	if (c)
@@ -628,6 +736,7 @@ static int run(int cmd, struct query_opts *q)
 	const char **hosts = NULL;
 	char *cause = NULL, *sql_buf = NULL, *summary = NULL, *common = NULL, *cov_json = NULL;
 	char window[96];
+	long long fail_rows = 0;
 	int ret, err, format, analysis = cmd == CMD_STRAGGLERS || cmd == CMD_NETCHECK;
 	size_t nnp = 0, nmp = 0, answered;
 
@@ -643,6 +752,27 @@ static int run(int cmd, struct query_opts *q)
 		goto out;
 	}
 	config_defaults(&conf);
+	if (q->junit && cmd != CMD_GATE) {
+		usage_error("--format junit applies to 'gate' only: use table, csv, tsv, json or "
+			    "ndjson");
+		goto out;
+	}
+	if (cmd == CMD_GATE) {
+		q->gate.format = q->junit	   ? GATE_FMT_JUNIT
+				 : q->flags.format ? output_format_parse(q->flags.format)
+						   : GATE_FMT_REPORT;
+		q->gate.since_ns = q->since_ns;
+		q->gate.since_text = q->since_text;
+		q->gate.job = q->job;
+		q->gate.quiet = q->quiet;
+		q->gate.min_coverage = q->min_coverage;
+		q->gate.fail_if = q->fail_if;
+		q->gate.version = FLEETQ_VERSION;
+		if (q->show_sql) {
+			ret = gate_show_sql(&q->gate);
+			goto out;
+		}
+	}
 	if (cmd != CMD_QUERY)
 		/* Reports are for people; machine formats only when asked for. */
 		format = q->flags.format ? output_format_parse(q->flags.format) : FMT_REPORT;
@@ -748,6 +878,12 @@ static int run(int cmd, struct query_opts *q)
 	fp.pings = q->pings >= 0 ? q->pings : cmd == CMD_QUERY ? 0 : 4;
 	if (cmd == CMD_PING && !fp.pings)
 		fp.pings = 1; /* a refused certificate shows only after HELLO */
+	if (cmd == CMD_GATE) {
+		/* Several fan-outs (one per trace table): gate.c runs them. */
+		fp.pings = q->pings >= 0 ? q->pings : 0;
+		ret = gate_main(&q->gate, &fp);
+		goto out;
+	}
 	fo = fanout_new(&fp, &cause);
 	if (!fo) {
 		usage_error("%s", cause ? cause : strerror(errno));
@@ -818,6 +954,14 @@ static int run(int cmd, struct query_opts *q)
 						    : NULL,
 					    plan.merge_origin, cov_json);
 	}
+	/* The gate's condition: over the merged rows, once they are all in. */
+	if (q->fail_if && !ret && merge_has_table(m)) {
+		err = gate_fail_if(merge_db(m), q->fail_if, &fail_rows, &cause);
+		if (err)
+			ret = usage_error("%s", cause ? cause : strerror(-err));
+	} else if (q->fail_if && !ret) {
+		fprintf(stderr, "fleetq: --fail-if not run: no node answered (see the coverage)\n");
+	}
 	/* The same failure everywhere is one message, said once and plainly. */
 	if (common)
 		fprintf(stderr, "fleetq: %s\n", common);
@@ -841,8 +985,9 @@ static int run(int cmd, struct query_opts *q)
 	if (!q->quiet && summary)
 		fprintf(stderr, "%s\n", summary);
 	if (!ret)
-		ret = analysis ? analysis_exit(&fd, cov, q->min_coverage)
-			       : coverage_exit(cov, q->min_coverage);
+		ret = analysis	   ? analysis_exit(&fd, cov, q->min_coverage, fail_rows > 0)
+		      : fail_rows ? FQ_EXIT_GATE
+				  : coverage_exit(cov, q->min_coverage);
 out:
 	free(cause);
 	free(sql_buf);
@@ -864,7 +1009,7 @@ out:
 int main(int argc, char **argv)
 {
 	struct query_opts q = { .min_coverage = 1.0, .pings = -1, .since_ns = -1,
-				.threshold = -1 };
+				.threshold = -1, .gate = { .tolerance = -1, .mad_k = -1 } };
 	const char **pos = NULL;
 	size_t npos = 0;
 	int ret, cmd = CMD_QUERY, first, named = 0;
@@ -924,6 +1069,7 @@ out:
 	free(q.host_files);
 	free(q.host_exprs);
 	free(q.comm);
+	free(q.gate.metrics);
 	config_release(&q.flags);
 	return ret;
 }

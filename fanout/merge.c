@@ -309,3 +309,30 @@ int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rt
 	sqlite3_finalize(st);
 	return err;
 }
+
+int merge_rename(struct merge *m, const char *name, char **cause)
+{
+	struct strbuf b = STRBUF_INIT;
+	int err = 0;
+
+	*cause = NULL;
+	if (!m->ins)
+		return 0;
+	if (m->in_txn && merge_finish(m, cause))
+		return -EIO;
+	sqlite3_finalize(m->ins);
+	m->ins = NULL;
+	for (size_t i = 0; i < m->ncols; i++)
+		free(m->names[i]);
+	free(m->names);
+	m->names = NULL;
+	m->ncols = 0;
+	sb_puts(&b, "ALTER TABLE results RENAME TO ");
+	sb_ident(&b, name);
+	if (b.oom)
+		err = -ENOMEM;
+	else if (sqlite3_exec(m->db, b.s, NULL, NULL, NULL))
+		err = db_fail(m->db, "cannot rename table results", cause);
+	sb_release(&b);
+	return err;
+}

@@ -42,6 +42,14 @@ int merge_finish(struct merge *m, char **cause);
  */
 int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rtt_ns, char **cause);
 
+/*
+ * Renames table results to name (a plain identifier) and forgets its columns, so the
+ * next fan-out into m makes a new results table: several fan-outs, one database
+ * (fleetq gate fetches one trace table per fan-out). 0 when there was no results
+ * table; -EIO with *cause when the rename failed.
+ */
+int merge_rename(struct merge *m, const char *name, char **cause);
+
 sqlite3 *merge_db(struct merge *m);
 
 #endif
