@@ -12,7 +12,7 @@
 --   :ratio          2-3 ranks: a peer sync wait this many times this rank's marks this
 --                   rank slow (3)
 --   :hang_ns        a rank behind its communicator's newest seq whose newest collective is
---                   older than max(:hang_ns, 10 step periods) is hung (5e9)
+--                   older than max(:hang_ns, 10 step periods) is hung (1.5e9)
 --   :all_ranks      1: one row per rank, 'ok' ones too; default: only hung and stragglers
 --
 -- One row per (comm_hash, node, rank, pid), hung first, then stragglers, then by the
@@ -30,7 +30,7 @@ WITH
 prm AS (
 	SELECT coalesce(:threshold, 3.5) AS thr, coalesce(:min_effect, 0.005) AS eff,
 	       coalesce(:min_effect_ns, 20000) AS eff_ns, coalesce(:ratio, 3.0) AS ratio,
-	       coalesce(:hang_ns, 5e9) AS hang_ns, coalesce(:all_ranks, 0) AS all_ranks
+	       coalesce(:hang_ns, 1.5e9) AS hang_ns, coalesce(:all_ranks, 0) AS all_ranks
 ),
 -- collectives in the window, enqueue time on the coordinator's clock
 coll AS (
