@@ -10,6 +10,8 @@
 #include <event2/event.h>
 #include <sqlite3.h>
 
+#include "../fanout/coverage.h"
+#include "../fanout/fanout.h"
 #include "../sql/fqsql.h"
 #include "log.h"
 #include "query.h"
@@ -41,6 +43,14 @@ struct query {
 	int64_t start_ns, deadline_ns;
 	char peer[256];
 	char addr[64];
+
+	/* Relay: forward to these peers; own rows labelled with label. */
+	size_t npeers;
+	char **peers;
+	int64_t tree_width, clock_param;
+	char *label;	/* NULL: not relaying */
+	char **cols;	/* relay: the columns sent up (without "node"), NULL until sent */
+	size_t ncols;
 };
 
 struct result {
@@ -133,6 +143,13 @@ static void query_free(struct query *q)
 	pthread_mutex_destroy(&q->mu);
 	free(q->sql);
 	free(q->params);
+	for (size_t i = 0; i < q->npeers; i++)
+		free(q->peers[i]);
+	free(q->peers);
+	for (size_t i = 0; q->cols && i < q->ncols; i++)
+		free(q->cols[i]);
+	free(q->cols);
+	free(q->label);
 	free(q);
 }
 
@@ -285,8 +302,9 @@ static int stream(struct query *q, sqlite3 *db, sqlite3_stmt *st, struct wire_bu
 		  struct result *r)
 {
 	int ncols = sqlite3_column_count(st), i, rc, stepped = SQLITE_DONE, open = 0, sent;
-	const char **names = calloc((size_t)ncols + 1, sizeof(*names));
-	struct wire_value *vals = calloc((size_t)ncols + 1, sizeof(*vals));
+	int off = q->label ? 1 : 0; /* a relay labels its rows with a leading node column */
+	const char **names = calloc((size_t)ncols + 2, sizeof(*names));
+	struct wire_value *vals = calloc((size_t)ncols + 2, sizeof(*vals));
 	struct wire_rows w;
 	int64_t limit_bytes;
 
@@ -294,9 +312,25 @@ static int stream(struct query *q, sqlite3 *db, sqlite3_stmt *st, struct wire_bu
 		rc = -ENOMEM;
 		goto nomem;
 	}
+	names[0] = "node";
 	for (i = 0; i < ncols; i++)
-		names[i] = sqlite3_column_name(st, i) ? sqlite3_column_name(st, i) : "";
-	rc = wire_put_columns(b, (size_t)ncols, names);
+		names[i + off] = sqlite3_column_name(st, i) ? sqlite3_column_name(st, i) : "";
+	if (off) {
+		vals[0] = (struct wire_value){ .type = WIRE_TEXT, .p = q->label,
+					       .n = strlen(q->label) };
+		q->cols = calloc((size_t)ncols + 1, sizeof(*q->cols));
+		if (!q->cols) {
+			rc = -ENOMEM;
+			goto nomem;
+		}
+		q->ncols = (size_t)ncols;
+		for (i = 0; i < ncols; i++)
+			if (!(q->cols[i] = strdup(names[i + 1]))) {
+				rc = -ENOMEM;
+				goto nomem;
+			}
+	}
+	rc = wire_put_columns(b, (size_t)ncols + off, names);
 	if (rc)
 		goto nomem;
 	rc = hand_over(q, b, 0);
@@ -316,7 +350,7 @@ static int stream(struct query *q, sqlite3 *db, sqlite3_stmt *st, struct wire_bu
 			set_msg(r, "row limit of %lld reached", (long long)q->max_rows);
 			break;
 		}
-		est = read_row(st, ncols, vals);
+		est = read_row(st, ncols, vals + off) + (off ? strlen(q->label) + 5 : 0);
 		if (est > QUERY_ROW_MAX) {
 			r->status = WIRE_E_BYTES;
 			r->truncated = 1;
@@ -332,7 +366,7 @@ static int stream(struct query *q, sqlite3 *db, sqlite3_stmt *st, struct wire_bu
 			break;
 		}
 		if (!open) {
-			rc = wire_rows_begin(&w, b, (size_t)ncols);
+			rc = wire_rows_begin(&w, b, (size_t)ncols + off);
 			if (rc)
 				goto nomem;
 			open = 1;
@@ -466,6 +500,277 @@ out:
 	return rc;
 }
 
+/* ---- relay: QUERY with peers (PROTOCOL.md "Relay") ---- */
+
+static int relay_fail(char **cause, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int relay_fail(char **cause, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (vasprintf(cause, fmt, ap) < 0)
+		*cause = NULL;
+	va_end(ap);
+	return err;
+}
+
+struct relay {
+	struct query *q;
+	struct fanout *fo;
+	struct wire_buf *b;
+	struct wire_rows w;
+	int open;		 /* a ROWS frame is being built in b */
+	struct wire_value *vals; /* "node" + the query's columns */
+	size_t cap;
+	int64_t rows;		 /* rows sent up, all nodes */
+	size_t failed;
+};
+
+/* Closes the ROWS frame being built and hands it up (waits for room). */
+static int relay_flush(struct relay *rl)
+{
+	int rc;
+
+	if (!rl->open)
+		return 0;
+	rl->open = 0;
+	rc = wire_rows_finish(&rl->w);
+	if (!rc && rl->b->len)
+		rc = hand_over(rl->q, rl->b, 0);
+	return rc;
+}
+
+static int relay_send_columns(struct relay *rl, size_t ncols, const char *const *names)
+{
+	struct query *q = rl->q;
+	const char **all = calloc(ncols + 1, sizeof(*all));
+	int rc = -ENOMEM;
+
+	q->cols = calloc(ncols + 1, sizeof(*q->cols));
+	if (!all || !q->cols)
+		goto out;
+	all[0] = "node";
+	for (size_t i = 0; i < ncols; i++) {
+		all[i + 1] = names[i];
+		if (!(q->cols[i] = strdup(names[i])))
+			goto out;
+		q->ncols = i + 1;
+	}
+	q->ncols = ncols;
+	rc = wire_put_columns(rl->b, ncols + 1, all);
+	if (!rc)
+		rc = hand_over(q, rl->b, 0);
+out:
+	free(all);
+	return rc;
+}
+
+static int relay_columns(void *ctx, size_t i, size_t ncols, const char *const *names,
+			 char **cause)
+{
+	struct relay *rl = ctx;
+	struct query *q = rl->q;
+
+	if (!q->cols)
+		return relay_send_columns(rl, ncols, names);
+	if (ncols != q->ncols)
+		return relay_fail(cause, -EINVAL,
+				  "%zu columns where the first node sent %zu: not merged", ncols,
+				  q->ncols);
+	for (size_t k = 0; k < ncols; k++)
+		if (strcmp(names[k], q->cols[k]))
+			return relay_fail(cause, -EINVAL,
+					  "column %zu is '%s' where the first node has '%s': "
+					  "not merged",
+					  k + 1, names[k], q->cols[k]);
+	return 0;
+}
+
+static int relay_row(void *ctx, size_t i, size_t ncols, const struct wire_value *vals,
+		     char **cause)
+{
+	struct relay *rl = ctx;
+	struct query *q = rl->q;
+	int rc;
+
+	if (ncols + 1 > rl->cap) {
+		struct wire_value *v = realloc(rl->vals, (ncols + 1) * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		rl->vals = v;
+		rl->cap = ncols + 1;
+	}
+	rl->vals[0] = (struct wire_value){ .type = WIRE_TEXT, .p = q->peers[i],
+					   .n = strlen(q->peers[i]) };
+	memcpy(rl->vals + 1, vals, ncols * sizeof(*vals));
+	if (!rl->open) {
+		rc = wire_rows_begin(&rl->w, rl->b, ncols + 1);
+		if (rc)
+			return rc;
+		rl->open = 1;
+	}
+	rc = wire_rows_add(&rl->w, rl->vals);
+	if (!rc)
+		rl->rows++;
+	if (!rc && wire_rows_bytes(&rl->w) >= WIRE_ROWS_TARGET)
+		rc = relay_flush(rl);
+	if (rc)
+		relay_fail(cause, rc, "relay stopped: %s", strerror(-rc));
+	return rc;
+}
+
+/* One END per node: flushes that node's rows first, so its count is right. */
+static int relay_end(struct relay *rl, const char *node, int outcome, int64_t rows,
+		     const char *msg, const struct fanout_node_info *in)
+{
+	struct query *q = rl->q;
+	struct wire_end e = {
+		.id = q->id,
+		.rows = rows,
+		.status = outcome == FQ_OK	    ? WIRE_OK
+			  : outcome == FQ_TRUNCATED ? WIRE_E_ROWS
+			  : outcome == FQ_SQL	    ? WIRE_E_SQL
+						    : WIRE_E_PEER,
+		.truncated = outcome == FQ_TRUNCATED,
+		.message = outcome == FQ_OK ? NULL : msg ? msg : outcome_name(outcome),
+		.node = node,
+		.outcome = outcome_name(outcome),
+	};
+	int rc = relay_flush(rl);
+
+	if (in && in->samples && in->rtt_ns > 0) {
+		e.offset_ns = in->offset_ns;
+		e.rtt_ns = in->rtt_ns;
+	}
+	if (outcome != FQ_OK)
+		rl->failed++;
+	if (!rc)
+		rc = wire_put_end(rl->b, &e);
+	if (!rc)
+		rc = hand_over(q, rl->b, 0);
+	return rc;
+}
+
+static int relay_done(void *ctx, size_t i, int outcome, int64_t rows, const char *msg,
+		      char **cause)
+{
+	struct relay *rl = ctx;
+	int rc = relay_end(rl, rl->q->peers[i], outcome, rows, msg,
+			   rl->fo ? fanout_node_info(rl->fo, i) : NULL);
+
+	if (rc)
+		relay_fail(cause, rc, "relay stopped: %s", strerror(-rc));
+	return rc;
+}
+
+/*
+ * Runs the query here (rows labelled with our name), then on the peers
+ * through the fan-out client, streaming their rows and ENDs up as they come.
+ * Fills r for the final END. -ECANCELED: nobody to tell.
+ */
+static int relay(struct query *q, struct wire_buf *b, struct result *r)
+{
+	struct query_pool *p = q->pool;
+	struct relay rl = { .q = q, .b = b };
+	struct result own = { .status = WIRE_OK };
+	struct fanout_sink sink = {
+		.ctx = &rl, .columns = relay_columns, .row = relay_row, .done = relay_done };
+	struct fanout_params fp = { 0 };
+	struct fanout *fo = NULL;
+	int64_t left_ms, margin;
+	char *cause = NULL;
+	int rc, outcome;
+
+	rc = run(q, b, &own);
+	if (rc)
+		goto out;
+	rl.rows = own.rows;
+	outcome = own.status == WIRE_OK ? FQ_OK : own.truncated ? FQ_TRUNCATED : FQ_SQL;
+	/* Our own END reads as fleetq would have written it for us. */
+	if (outcome == FQ_TRUNCATED) {
+		char *why = own.msg;
+
+		own.msg = NULL;
+		set_msg(&own, "%s, %lld rows kept", why ? why : "truncated", (long long)own.rows);
+		free(why);
+	}
+	rc = relay_end(&rl, q->label, outcome, own.rows, own.msg, NULL);
+	if (rc)
+		goto out;
+
+	/* Each hop keeps a margin so its ENDs get up before the caller gives up. */
+	left_ms = (q->deadline_ns - mono_ns()) / 1000000;
+	margin = left_ms / 10 > 200 ? left_ms / 10 : 200;
+	fp.hosts = (const char *const *)q->peers;
+	fp.nhosts = q->npeers;
+	fp.port = p->relay_port;
+	fp.ca = p->relay_ca;
+	fp.cert = p->relay_cert;
+	fp.key = p->relay_key;
+	fp.insecure = !p->relay_cert;
+	fp.window = 64;
+	fp.timeout_ms = left_ms - margin > 1 ? left_ms - margin : 1;
+	fp.connect_timeout_ms = fp.timeout_ms < 5000 ? fp.timeout_ms : 5000;
+	fp.sql = q->sql;
+	fp.max_rows = q->max_rows;
+	fp.params = q->params;
+	fp.nparams = q->nparams;
+	fp.tree_width = (int)q->tree_width;
+	fp.clock_param = (size_t)q->clock_param;
+	/* A query with a clock parameter compares times across nodes: sample the
+	 * leaves' clocks as fleetq does (4 PINGs), so their offsets go up in END. */
+	fp.pings = q->clock_param ? 4 : 0;
+	fp.sink = &sink;
+	fp.cancel = &q->stop; /* the client left or the agent drains */
+	fo = fanout_new(&fp, &cause);
+	if (!fo) {
+		/* Every peer fails alike (bad name, unreadable certificate). */
+		for (size_t i = 0; i < q->npeers && !rc; i++)
+			rc = relay_end(&rl, q->peers[i], FQ_AGENT, 0,
+				       cause ? cause : "relay cannot start its fan-out", NULL);
+		goto out;
+	}
+	rl.fo = fo;
+	rc = fanout_run(fo, NULL, NULL, &cause);
+	if (!rc)
+		rc = relay_flush(&rl);
+out:
+	/* -ECANCELED from a drain is ours (stopped fan-out): END still goes up. */
+	if (stop_status(q) == QUERY_STOP_CANCEL ||
+	    (rc == -ECANCELED && stop_status(q) != QUERY_STOP_SHUTDOWN)) {
+		rc = -ECANCELED;
+	} else {
+		if (rc && rl.open) {
+			wire_rows_finish(&rl.w);
+			rl.open = 0;
+		}
+		wire_buf_reset(b);
+		r->rows = rl.rows;
+		if (stop_status(q) == QUERY_STOP_SHUTDOWN) {
+			r->status = WIRE_E_SHUTDOWN;
+			r->truncated = 1;
+			set_msg(r, "agent is shutting down; relay stopped");
+		} else if (rc) {
+			r->status = WIRE_E_INTERNAL;
+			set_msg(r, "relay failed: %s", cause ? cause : strerror(-rc));
+		} else if (rl.failed) {
+			r->status = WIRE_E_PEER;
+			set_msg(r, "%zu of %zu nodes did not answer fully", rl.failed,
+				q->npeers + 1);
+		}
+		rc = 0;
+	}
+	if (rl.open)
+		wire_rows_finish(&rl.w);
+	fanout_free(fo);
+	free(rl.vals);
+	free(own.msg);
+	free(cause);
+	return rc;
+}
+
 static void *worker(void *arg)
 {
 	struct query *q = arg;
@@ -477,7 +782,7 @@ static void *worker(void *arg)
 	int rc;
 
 	wire_buf_init(&b);
-	rc = run(q, &b, &r);
+	rc = q->npeers ? relay(q, &b, &r) : run(q, &b, &r);
 	elapsed = mono_ns() - q->start_ns;
 	if (rc != -ECANCELED) {
 		struct wire_end e = {
@@ -528,6 +833,21 @@ static int copy_request(struct query *q, const struct wire_query *m)
 	q->sql = strdup(m->sql ? m->sql : "");
 	if (!q->sql)
 		return -ENOMEM;
+	if (m->npeers) {
+		q->peers = calloc(m->npeers, sizeof(*q->peers));
+		if (!q->peers)
+			return -ENOMEM;
+		for (i = 0; i < m->npeers; i++) {
+			if (!(q->peers[i] = strdup(m->peers[i])))
+				return -ENOMEM;
+			q->npeers = i + 1;
+		}
+		q->tree_width = m->tree_width;
+		q->clock_param = m->clock_param;
+		q->label = strdup(m->self_name ? m->self_name : "");
+		if (!q->label)
+			return -ENOMEM;
+	}
 	for (i = 0; i < m->nparams; i++)
 		if (m->params[i].type == WIRE_TEXT || m->params[i].type == WIRE_BLOB)
 			extra += m->params[i].n + 1;

@@ -34,6 +34,11 @@ struct query_pool {
 	const char *db_path;
 	int64_t max_rows, max_bytes, timeout_ms; /* agent limits; clients may ask lower */
 	struct event *reaped; /* activated (in the loop) each time a worker exits */
+	/* Relay (QUERY with peers): the client side of the tree fan-out uses the
+	 * agent's own certificate against the same CA (all NULL: plaintext,
+	 * loopback only); peers without a port get relay_port. */
+	const char *relay_ca, *relay_cert, *relay_key;
+	int relay_port;
 };
 
 int query_pool_init(struct query_pool *p, int max);

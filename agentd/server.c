@@ -422,13 +422,6 @@ static void start_query(struct conn *c, const struct wire_query *m)
 		send_end(c, m->id, WIRE_E_SHUTDOWN, "agent is shutting down; retry later");
 		return;
 	}
-	if (m->npeers) {
-		log_line("client %s (%s): asked to relay to %zu peers; closing", c->addr,
-			 c->id[0] ? c->id : "-", m->npeers);
-		send_error(c, WIRE_E_PROTO,
-			   "this agent does not relay; send the query without peers");
-		return;
-	}
 	c->q = query_start(&s->pool, m, c->id, c->addr, &c->wake, &running);
 	if (c->q)
 		return;
@@ -865,6 +858,9 @@ struct server *server_new(const struct server_opts *o, char **cause)
 	s->pool.max_rows = o->max_rows;
 	s->pool.max_bytes = o->max_bytes;
 	s->pool.timeout_ms = o->timeout_ms;
+	s->pool.relay_ca = o->ca;
+	s->pool.relay_cert = o->cert;
+	s->pool.relay_key = o->key;
 
 	if (o->cert) {
 		s->ctx = tls_ctx_new(o->ca, o->cert, o->key, cause);
@@ -897,6 +893,10 @@ struct server *server_new(const struct server_opts *o, char **cause)
 			*cause = NULL;
 		goto fail;
 	}
+	/* Relay peers named without a port are dialled on ours. */
+	s->pool.relay_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	if (!s->pool.relay_port)
+		s->pool.relay_port = 7117;
 	s->listener = evconnlistener_new_bind(s->base, accept_cb, s,
 					      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
 						      LEV_OPT_CLOSE_ON_EXEC,

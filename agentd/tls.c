@@ -100,13 +100,21 @@ SSL_CTX *tls_ctx_new(const char *ca, const char *cert, const char *key, char **c
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	/* A client that closes without close_notify has still only closed: EOF, not an error. */
 	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
-					 SSL_OP_NO_COMPRESSION | SSL_OP_NO_TICKET |
-					 SSL_OP_IGNORE_UNEXPECTED_EOF);
+					 SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
 	/* TLS 1.2 only: forward secrecy and AEAD, nothing else. 1.3 suites are all fine. */
 	SSL_CTX_set_cipher_list(ctx, "ECDHE+AESGCM:ECDHE+CHACHA20");
-	/* No resumption: every session shows a certificate we check ourselves. */
-	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-	SSL_CTX_set_num_tickets(ctx, 0);
+	/*
+	 * Resumption (fleetq's repeated fan-outs, relays): one stateless ticket
+	 * per full handshake, valid 10 minutes. A resumed session carries the
+	 * client certificate that was verified against the CA at its full
+	 * handshake, and tls_peer_check() runs the --allow-client patterns on it
+	 * again; a certificate reload (SIGHUP) builds a new context whose new
+	 * ticket keys end every older session.
+	 */
+	SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"agentd", 6);
+	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+	SSL_CTX_set_timeout(ctx, 600);
+	SSL_CTX_set_num_tickets(ctx, 1);
 	SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
 
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {

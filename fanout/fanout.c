@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,16 @@ struct node {
 	char *last_error;
 	int64_t t_lo;	/* CLOCK_REALTIME before the agent could have built its HELLO */
 	int pings_sent;
-	struct fanout_node_info info;
+	struct fanout_node_info *info; /* the head host's */
+	size_t first, count;	       /* the hosts this connection answers for */
+	size_t last_leaf;	       /* cache for the row -> host lookup */
+	size_t off;		       /* 1 when rows carry a leading node column */
+};
+
+/* One host: what reached the merge (or the sink) for it. */
+struct leaf {
+	int64_t rows;
+	int done;
 };
 
 struct fanout {
@@ -73,9 +83,14 @@ struct fanout {
 	struct event ev_deadline;
 	struct event ev_kick;
 	struct event ev_progress;
+	struct event ev_cancel;
 	int progress_shown;
+	int cancelled;
 	struct node *nodes;
-	size_t n, next, inflight, done;
+	size_t n, next, inflight, done; /* connections */
+	size_t nh;			/* hosts */
+	struct leaf *leaves;
+	struct fanout_node_info *infos;
 	struct merge *m;
 	struct coverage *cov;
 	struct wire_value *vals;
@@ -144,6 +159,95 @@ static int is_loopback_name(const char *host)
 	return 0;
 }
 
+/*
+ * TLS sessions by host name, for the whole process: the next fan-out to the
+ * same host (gate's several fan-outs, a relay's next query) resumes instead
+ * of a full handshake. Shared by agentd's relay workers, hence the lock.
+ */
+#define SESS_BUCKETS 4096
+
+struct sess {
+	struct sess *next;
+	SSL_SESSION *s;
+	char name[];
+};
+
+static pthread_mutex_t sess_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sess *sess_tab[SESS_BUCKETS];
+static int sess_idx = -1; /* SSL ex_data: the host name a session is for */
+static pthread_once_t sess_once = PTHREAD_ONCE_INIT;
+
+static size_t sess_hash(const char *name)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *name; name++)
+		h = (h ^ (unsigned char)*name) * 16777619u;
+	return h % SESS_BUCKETS;
+}
+
+static void sess_clear(void)
+{
+	pthread_mutex_lock(&sess_mu);
+	for (size_t i = 0; i < SESS_BUCKETS; i++)
+		while (sess_tab[i]) {
+			struct sess *e = sess_tab[i];
+
+			sess_tab[i] = e->next;
+			SSL_SESSION_free(e->s);
+			free(e);
+		}
+	pthread_mutex_unlock(&sess_mu);
+}
+
+static void sess_init(void)
+{
+	sess_idx = SSL_get_ex_new_index(0, "fleetq host", NULL, NULL, NULL);
+	atexit(sess_clear);
+}
+
+/* Takes a reference of the host's session, or NULL. */
+static SSL_SESSION *sess_get(const char *name)
+{
+	SSL_SESSION *s = NULL;
+
+	pthread_mutex_lock(&sess_mu);
+	for (struct sess *e = sess_tab[sess_hash(name)]; e; e = e->next)
+		if (!strcmp(e->name, name)) {
+			if (SSL_SESSION_is_resumable(e->s) && SSL_SESSION_up_ref(e->s))
+				s = e->s;
+			break;
+		}
+	pthread_mutex_unlock(&sess_mu);
+	return s;
+}
+
+/* OpenSSL's new-session callback: keeps the newest session per host (owns s). */
+static int sess_new_cb(SSL *ssl, SSL_SESSION *s)
+{
+	const char *name = sess_idx >= 0 ? SSL_get_ex_data(ssl, sess_idx) : NULL;
+	struct sess *e, **head;
+
+	if (!name)
+		return 0;
+	pthread_mutex_lock(&sess_mu);
+	head = &sess_tab[sess_hash(name)];
+	for (e = *head; e && strcmp(e->name, name); e = e->next)
+		;
+	if (!e && (e = calloc(1, sizeof(*e) + strlen(name) + 1))) {
+		strcpy(e->name, name);
+		e->next = *head;
+		*head = e;
+	}
+	if (e) {
+		if (e->s)
+			SSL_SESSION_free(e->s);
+		e->s = s;
+	}
+	pthread_mutex_unlock(&sess_mu);
+	return e ? 1 : 0;
+}
+
 static int load_tls(struct fanout *fo, char **cause)
 {
 	const struct fanout_params *p = fo->p;
@@ -173,40 +277,64 @@ static int load_tls(struct fanout *fo, char **cause)
 		return fail(cause, -EINVAL, "client key '%s' does not match certificate '%s'",
 			    p->key, p->cert);
 	SSL_CTX_set_verify(fo->ctx, SSL_VERIFY_PEER, NULL);
+	pthread_once(&sess_once, sess_init);
+	SSL_CTX_set_session_cache_mode(fo->ctx, SSL_SESS_CACHE_CLIENT |
+							SSL_SESS_CACHE_NO_INTERNAL_STORE);
+	SSL_CTX_sess_set_new_cb(fo->ctx, sess_new_cb);
 	return 0;
 }
 
 struct fanout *fanout_new(const struct fanout_params *p, char **cause)
 {
 	struct fanout *fo = calloc(1, sizeof(*fo));
+	size_t *starts = NULL;
 	int err = -ENOMEM;
 
 	*cause = NULL;
 	if (!fo)
 		return NULL;
 	fo->p = p;
-	fo->n = p->nhosts;
+	fo->nh = p->nhosts;
 	wire_buf_init(&fo->out);
-	fo->nodes = calloc(fo->n ? fo->n : 1, sizeof(*fo->nodes));
+	fo->nodes = calloc(fo->nh ? fo->nh : 1, sizeof(*fo->nodes));
+	fo->leaves = calloc(fo->nh ? fo->nh : 1, sizeof(*fo->leaves));
+	fo->infos = calloc(fo->nh ? fo->nh : 1, sizeof(*fo->infos));
+	starts = calloc(fo->nh + 1, sizeof(*starts));
 	fo->params = calloc(p->nparams ? p->nparams : 1, sizeof(*fo->params));
-	if (!fo->nodes || !fo->params)
+	if (!fo->nodes || !fo->params || !fo->leaves || !fo->infos || !starts)
 		goto fail;
 	if (p->nparams)
 		memcpy(fo->params, p->params, p->nparams * sizeof(*fo->params));
+	for (size_t i = 0; i < fo->nh; i++) {
+		char *h = NULL;
+		int port;
+
+		err = hostlist_split(p->hosts[i], p->port, &h, &port);
+		free(h);
+		if (err) {
+			fail(cause, err, "invalid host '%s': use host, host:port or [ipv6]:port",
+			     p->hosts[i]);
+			goto fail;
+		}
+	}
+	/* Without a query (fleetq ping) there is nothing to relay: flat. */
+	fo->n = fanout_groups(fo->nh, p->sql ? p->tree_width : 0, starts);
 	for (size_t i = 0; i < fo->n; i++) {
 		struct node *n = &fo->nodes[i];
 		struct in6_addr a;
 
 		n->fo = fo;
-		n->idx = i;
-		n->name = p->hosts[i];
+		n->first = starts[i];
+		n->count = starts[i + 1] - starts[i];
+		n->last_leaf = n->first;
+		n->off = n->count > 1;
+		n->idx = n->first;
+		n->info = &fo->infos[n->first];
+		n->name = p->hosts[n->first];
 		n->fd = -1;
 		err = hostlist_split(n->name, p->port, &n->host, &n->port);
-		if (err) {
-			fail(cause, err, "invalid host '%s': use host, host:port or [ipv6]:port",
-			     n->name);
+		if (err)
 			goto fail;
-		}
 		n->is_ip = inet_pton(AF_INET, n->host, &a) == 1 ||
 			   inet_pton(AF_INET6, n->host, &a) == 1;
 		if (p->insecure && !is_loopback_name(n->host)) {
@@ -222,11 +350,26 @@ struct fanout *fanout_new(const struct fanout_params *p, char **cause)
 		if (err)
 			goto fail;
 	}
+	free(starts);
 	return fo;
 fail:
+	free(starts);
 	fanout_free(fo);
 	errno = -err;
 	return NULL;
+}
+
+size_t fanout_groups(size_t n, int w, size_t *starts)
+{
+	size_t g = w <= 0 || n <= (size_t)w ? n : (size_t)w;
+
+	/* Near-equal contiguous groups: the first n % g get one host more. */
+	for (size_t i = 0, at = 0; i <= g; i++) {
+		starts[i] = at;
+		if (i < g)
+			at += n / g + (i < n % g);
+	}
+	return g;
 }
 
 static void node_release(struct node *n)
@@ -268,15 +411,19 @@ void fanout_free(struct fanout *fo)
 		return;
 	for (size_t i = 0; i < fo->n; i++) {
 		node_release(&fo->nodes[i]);
-		struct fanout_node_info *in = &fo->nodes[i].info;
-
 		free(fo->nodes[i].host);
 		free(fo->nodes[i].last_error);
+	}
+	for (size_t i = 0; fo->infos && i < fo->nh; i++) {
+		struct fanout_node_info *in = &fo->infos[i];
+
 		free(in->agent_version);
 		free(in->node);
 		free(in->clock_source);
 		free(in->peer);
 	}
+	free(fo->infos);
+	free(fo->leaves);
 	free(fo->nodes);
 	free(fo->params);
 	free(fo->vals);
@@ -296,14 +443,41 @@ static void set_fatal(struct fanout *fo, char *cause)
 	event_base_loopbreak(fo->base);
 }
 
-/* Records the node's outcome, frees its connection and makes room for the next. */
+/* Records host h's outcome, once. */
+static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *msg)
+{
+	struct leaf *l = &fo->leaves[h];
+	char *cause = NULL;
+
+	if (l->done)
+		return;
+	l->done = 1;
+	if (fo->p->sink) {
+		if (fo->p->sink->done(fo->p->sink->ctx, h, outcome, l->rows, msg, &cause))
+			set_fatal(fo, cause);
+		return;
+	}
+	/* Only a node that ended cleanly keeps its rows: anything else would
+	 * pass a partial answer off as complete. */
+	if (outcome != FQ_OK && outcome != FQ_TRUNCATED && l->rows) {
+		if (merge_drop(fo->m, h, &cause))
+			set_fatal(fo, cause);
+		fo->rows_total -= l->rows;
+	}
+	coverage_set(fo->cov, h, outcome, l->rows, msg);
+}
+
+/*
+ * Records the outcome of every host of the connection not yet reported
+ * (behind a relay: those it has not ended), frees the connection and makes
+ * room for the next.
+ */
 static void node_finish(struct node *n, int outcome, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static void node_finish(struct node *n, int outcome, const char *fmt, ...)
 {
 	struct fanout *fo = n->fo;
-	char *msg = NULL, *cause = NULL;
-	int64_t rows = n->rows;
+	char *msg = NULL, *via = NULL;
 	va_list ap;
 
 	if (n->state == N_DONE)
@@ -314,14 +488,12 @@ static void node_finish(struct node *n, int outcome, const char *fmt, ...)
 			msg = NULL;
 		va_end(ap);
 	}
-	/* Only a node that ended cleanly keeps its rows: anything else would
-	 * pass a partial answer off as complete. */
-	if (outcome != FQ_OK && outcome != FQ_TRUNCATED && n->rows) {
-		if (merge_drop(fo->m, n->idx, &cause))
-			set_fatal(fo, cause);
-		fo->rows_total -= n->rows;
-	}
-	coverage_set(fo->cov, n->idx, outcome, rows, msg);
+	leaf_finish(fo, n->first, outcome, msg);
+	if (n->count > 1 && asprintf(&via, "via relay %s: %s", n->name, msg ? msg : "failed") < 0)
+		via = NULL;
+	for (size_t h = n->first + 1; h < n->first + n->count; h++)
+		leaf_finish(fo, h, outcome, via);
+	free(via);
 	free(msg);
 	if (n->state != N_IDLE)
 		fo->inflight--;
@@ -363,11 +535,21 @@ static void start_session(struct node *n)
 		n->state = N_HELLO;
 	} else {
 		X509_VERIFY_PARAM *vp;
+		SSL_SESSION *sess;
 
 		n->ssl = SSL_new(fo->ctx);
 		if (!n->ssl) {
 			node_finish(n, FQ_TLS, "cannot create TLS session: %s", ssl_reason());
 			return;
+		}
+		/* Resume the last session with this host when there is one. The
+		 * agent's certificate was verified, against this name, when that
+		 * session was made. */
+		SSL_set_ex_data(n->ssl, sess_idx, (void *)n->name);
+		sess = sess_get(n->name);
+		if (sess) {
+			SSL_set_session(n->ssl, sess);
+			SSL_SESSION_free(sess);
 		}
 		/* Verify the agent's certificate against the name we dialled. */
 		vp = SSL_get0_param(n->ssl);
@@ -522,7 +704,7 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
  */
 static void clock_sample(struct node *n, int64_t t1, int64_t t2, int64_t t3)
 {
-	struct fanout_node_info *in = &n->info;
+	struct fanout_node_info *in = n->info;
 	int64_t rtt = t3 - t1;
 
 	if (rtt < 0 || !t1 || !t2)
@@ -564,11 +746,19 @@ static void send_query(struct node *n)
 		.params = fo->params,
 	};
 
+	if (n->count > 1) {
+		q.peers = p->hosts + n->first + 1;
+		q.npeers = n->count - 1;
+		q.tree_width = p->tree_width;
+		q.self_name = n->name;
+		q.clock_param = (int64_t)p->clock_param;
+	}
+
 	/* A window start on our clock, moved onto this node's. */
 	if (p->clock_param && p->clock_param <= p->nparams &&
 	    p->params[p->clock_param - 1].type == WIRE_INT)
 		fo->params[p->clock_param - 1].i =
-			p->params[p->clock_param - 1].i + n->info.offset_ns;
+			p->params[p->clock_param - 1].i + n->info->offset_ns;
 	wire_buf_reset(&fo->out);
 	if (wire_put_query(&fo->out, &q)) {
 		set_fatal(fo, strdup("cannot encode QUERY"));
@@ -596,7 +786,7 @@ static char *dup_or_null(const char *s)
 
 static void on_hello(struct node *n, const struct wire_hello *h)
 {
-	struct fanout_node_info *in = &n->info;
+	struct fanout_node_info *in = n->info;
 
 	in->hello = 1;
 	in->agent_version = dup_or_null(h->agent_version);
@@ -627,30 +817,116 @@ static void on_error_frame(struct node *n, const struct wire_error *e)
 	}
 }
 
-static void on_end(struct node *n, const struct wire_end *e)
+/* Host of the connection named name (len bytes, not NUL-terminated), or SIZE_MAX. */
+static size_t find_leaf(struct node *n, const char *name, size_t len)
+{
+	const char *const *hosts = n->fo->p->hosts;
+
+	if (strlen(hosts[n->last_leaf]) == len && !memcmp(hosts[n->last_leaf], name, len))
+		return n->last_leaf;
+	for (size_t h = n->first; h < n->first + n->count; h++)
+		if (strlen(hosts[h]) == len && !memcmp(hosts[h], name, len))
+			return n->last_leaf = h;
+	return SIZE_MAX;
+}
+
+/* An END's status as an outcome, with the one-line reason in *msg (malloc'd). */
+static int end_outcome(const struct wire_end *e, int64_t rows, char **why)
 {
 	const char *msg = e->message ? e->message : wire_status_name((int)e->status);
 	const char *sname = wire_status_name((int)e->status);
 	size_t sl = strlen(sname);
+	int outcome = FQ_OK, r = 0;
 
+	*why = NULL;
+	/* A relay tells the outcome it saw for the leaf: keep it as it is. */
+	if (e->node && e->outcome) {
+		for (int o = FQ_OK; o < FQ_NOUTCOMES; o++)
+			if (!strcmp(outcome_name(o), e->outcome))
+				outcome = o;
+		if (outcome != FQ_OK && e->message) {
+			size_t ol = strlen(e->outcome);
+
+			/* "sql error: sql error: ...": the outcome names it already. */
+			if (!strncmp(msg, e->outcome, ol) && msg[ol] == ':' && msg[ol + 1] == ' ' &&
+			    msg[ol + 2])
+				msg += ol + 2;
+			*why = strdup(msg);
+		}
+		if (outcome == FQ_OK && e->rows != rows) {
+			outcome = FQ_PROTOCOL;
+			r = asprintf(why, "END counts %" PRId64 " rows, %" PRId64 " arrived",
+				     e->rows, rows);
+		}
+		goto out;
+	}
 	/* "sql error: sql error: ..." says it twice: the outcome names it already. */
 	if (!strncmp(msg, sname, sl) && msg[sl] == ':' && msg[sl + 1] == ' ' && msg[sl + 2])
 		msg += sl + 2;
-
 	if (e->truncated || e->status == WIRE_E_ROWS || e->status == WIRE_E_BYTES) {
-		node_finish(n, FQ_TRUNCATED, "%s, %" PRId64 " rows kept", msg, n->rows);
+		outcome = FQ_TRUNCATED;
+		r = asprintf(why, "%s, %" PRId64 " rows kept", msg, rows);
+	} else if (e->status == WIRE_E_PEER) {
+		outcome = FQ_UNREACHABLE;
+		r = asprintf(why, "%s", msg);
+	} else if (e->status != WIRE_OK) {
+		outcome = FQ_SQL;
+		r = asprintf(why, "%s", msg);
+	} else if (e->rows != rows) {
+		outcome = FQ_PROTOCOL;
+		r = asprintf(why, "END counts %" PRId64 " rows, %" PRId64 " arrived", e->rows,
+			     rows);
+	}
+out:
+	if (r < 0)
+		*why = NULL;
+	return outcome;
+}
+
+static void on_end(struct node *n, const struct wire_end *e)
+{
+	struct fanout *fo = n->fo;
+	char *why = NULL;
+	int outcome;
+
+	if (e->node && n->count > 1) {
+		size_t h = find_leaf(n, e->node, strlen(e->node));
+
+		if (h == SIZE_MAX) {
+			node_finish(n, FQ_PROTOCOL, "relay sent END for unknown node '%s'",
+				    e->node);
+			return;
+		}
+		/* The leaf's clock: the relay's offset to ours plus the leaf's to the relay's. */
+		if (e->rtt_ns > 0 && n->info->samples) {
+			fo->infos[h].samples = 1;
+			fo->infos[h].offset_ns = n->info->offset_ns + e->offset_ns;
+			fo->infos[h].rtt_ns = n->info->rtt_ns + e->rtt_ns;
+		}
+		outcome = end_outcome(e, fo->leaves[h].rows, &why);
+		leaf_finish(fo, h, outcome, why);
+		free(why);
 		return;
 	}
-	if (e->status != WIRE_OK) {
-		node_finish(n, FQ_SQL, "%s", msg);
+	if (n->count > 1) {
+		/* The relay's own summary: hosts it did not end are not answered. */
+		for (size_t h = n->first; h < n->first + n->count; h++)
+			if (!fo->leaves[h].done) {
+				const char *m = e->message ? e->message : "no END for this node";
+
+				node_finish(n, e->status == WIRE_E_PROTO ? FQ_PROTOCOL : FQ_PARTIAL,
+					    "relay %s: %s", n->name, m);
+				return;
+			}
+		node_finish(n, FQ_OK, NULL);
 		return;
 	}
-	if (e->rows != n->rows) {
-		node_finish(n, FQ_PROTOCOL, "END counts %" PRId64 " rows, %" PRId64 " arrived",
-			    e->rows, n->rows);
-		return;
-	}
-	node_finish(n, FQ_OK, NULL);
+	outcome = end_outcome(e, n->rows, &why);
+	if (why)
+		node_finish(n, outcome, "%s", why);
+	else
+		node_finish(n, outcome, NULL);
+	free(why);
 }
 
 static void on_columns(struct node *n, struct wire_msg *msg)
@@ -658,9 +934,18 @@ static void on_columns(struct node *n, struct wire_msg *msg)
 	struct fanout *fo = n->fo;
 	size_t nc = msg->u.columns.ncols;
 	char *cause = NULL;
+	const char *const *names = msg->u.columns.names;
 	int err;
 
-	err = merge_columns(fo->m, nc, msg->u.columns.names, &cause);
+	if (n->off && (!nc || strcmp(names[0], "node"))) {
+		node_finish(n, FQ_PROTOCOL, "relay COLUMNS do not start with 'node'");
+		return;
+	}
+	if (fo->p->sink)
+		err = fo->p->sink->columns(fo->p->sink->ctx, n->first, nc - n->off,
+					   names + n->off, &cause);
+	else
+		err = merge_columns(fo->m, nc - n->off, names + n->off, &cause);
 	if (err == -EINVAL) {
 		node_finish(n, FQ_COLUMNS, "%s", cause ? cause : "columns differ");
 		free(cause);
@@ -696,10 +981,32 @@ static void on_rows(struct node *n, struct wire_msg *msg)
 		return;
 	}
 	while ((r = wire_rows_next(msg, fo->vals)) == 1) {
-		if (merge_row(fo->m, n->idx, n->name, n->rows, fo->vals, &cause)) {
+		size_t h = n->first;
+		struct leaf *l;
+		int err;
+
+		if (n->off) {
+			h = fo->vals[0].type == WIRE_TEXT
+				    ? find_leaf(n, fo->vals[0].p, fo->vals[0].n)
+				    : SIZE_MAX;
+			if (h == SIZE_MAX || fo->leaves[h].done) {
+				node_finish(n, FQ_PROTOCOL,
+					    "relay sent a row of an unknown or ended node");
+				return;
+			}
+		}
+		l = &fo->leaves[h];
+		if (fo->p->sink)
+			err = fo->p->sink->row(fo->p->sink->ctx, h, n->ncols - n->off,
+					       fo->vals + n->off, &cause);
+		else
+			err = merge_row(fo->m, h, fo->p->hosts[h], l->rows, fo->vals + n->off,
+					&cause);
+		if (err) {
 			set_fatal(fo, cause);
 			return;
 		}
+		l->rows++;
 		n->rows++;
 		fo->rows_total++;
 	}
@@ -941,6 +1248,19 @@ static void progress_cb(evutil_socket_t fd, short what, void *arg)
 	evtimer_add(&fo->ev_progress, &tv);
 }
 
+static void cancel_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fanout *fo = arg;
+	struct timeval tv = ms_tv(100);
+
+	if (__atomic_load_n(fo->p->cancel, __ATOMIC_RELAXED)) {
+		fo->cancelled = 1;
+		set_fatal(fo, strdup("fan-out cancelled"));
+		return;
+	}
+	evtimer_add(&fo->ev_cancel, &tv);
+}
+
 int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **cause)
 {
 	struct timeval tv;
@@ -966,6 +1286,11 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	evtimer_add(&fo->ev_deadline, &tv);
 	event_assign(&fo->ev_kick, fo->base, -1, 0, kick_cb, fo);
 	evtimer_assign(&fo->ev_progress, fo->base, progress_cb, fo);
+	evtimer_assign(&fo->ev_cancel, fo->base, cancel_cb, fo);
+	if (fo->p->cancel) {
+		tv = ms_tv(100);
+		evtimer_add(&fo->ev_cancel, &tv);
+	}
 	if (fo->p->progress) {
 		tv = ms_tv(1000);
 		evtimer_add(&fo->ev_progress, &tv);
@@ -977,22 +1302,23 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	if (fo->progress_shown)
 		fprintf(stderr, "\r\033[K");
 	if (fo->fatal) {
-		err = -EIO;
+		err = fo->cancelled ? -ECANCELED : -EIO;
 		*cause = fo->fatal;
 		fo->fatal = NULL;
 	}
-	if (!err)
+	if (!err && !fo->p->sink)
 		err = merge_finish(m, cause);
-	for (size_t i = 0; i < fo->n && !err; i++)
-		if (fo->nodes[i].info.samples)
-			err = merge_clock(m, fo->nodes[i].name, fo->nodes[i].info.offset_ns,
-					  fo->nodes[i].info.rtt_ns, cause);
+	for (size_t i = 0; i < fo->nh && !err && !fo->p->sink; i++)
+		if (fo->infos[i].samples)
+			err = merge_clock(m, fo->p->hosts[i], fo->infos[i].offset_ns,
+					  fo->infos[i].rtt_ns, cause);
 out:
 	for (size_t i = 0; i < fo->n; i++)
 		node_release(&fo->nodes[i]);
 	event_del(&fo->ev_deadline);
 	event_del(&fo->ev_kick);
 	event_del(&fo->ev_progress);
+	event_del(&fo->ev_cancel);
 	if (fo->dns)
 		evdns_base_free(fo->dns, 1);
 	fo->dns = NULL;
@@ -1003,5 +1329,5 @@ out:
 
 const struct fanout_node_info *fanout_node_info(const struct fanout *fo, size_t i)
 {
-	return &fo->nodes[i].info;
+	return &fo->infos[i];
 }

@@ -37,7 +37,38 @@ struct fanout_params {
 	 */
 	size_t clock_param;
 	int pings; /* PINGs per node between HELLO and QUERY, one at a time */
+	/*
+	 * Tree fan-out: 0 sends the query to every host (flat). W > 0 splits the
+	 * hosts into at most W contiguous groups and sends the query once per
+	 * group, to its first host, with the rest as QUERY "peers" (that relay
+	 * splits again when it has more than W). Coverage stays per host.
+	 */
+	int tree_width;
+	/* NULL: rows go to the merge, outcomes to the coverage. Else to the sink
+	 * (agentd's relay), and fanout_run() takes NULL for both. */
+	const struct fanout_sink *sink;
+	/* When not NULL, polled every 100 ms: nonzero stops the fan-out
+	 * (fanout_run() fails with -ECANCELED). A relay whose client left. */
+	const int *cancel;
 };
+
+/*
+ * Where a relay's fan-out sends what it hears, host i being an index into
+ * fanout_params.hosts. Each callback returns 0 or -errno with *cause; an
+ * error stops the fan-out, except -EINVAL from columns(), which fails that
+ * host's group with FQ_COLUMNS. vals point into the frame: copy to keep.
+ */
+struct fanout_sink {
+	void *ctx;
+	int (*columns)(void *ctx, size_t i, size_t ncols, const char *const *names, char **cause);
+	int (*row)(void *ctx, size_t i, size_t ncols, const struct wire_value *vals, char **cause);
+	/* Exactly once per host: its outcome (enum fq_outcome), rows it sent, why. */
+	int (*done)(void *ctx, size_t i, int outcome, int64_t rows, const char *msg, char **cause);
+};
+
+/* Splits n hosts into at most w contiguous groups: group g starts at the
+ * returned offsets[g]; *ngroups is set. w <= 0 or n <= w: one host a group. */
+size_t fanout_groups(size_t n, int w, size_t *starts);
 
 /*
  * What a node said about itself (its HELLO) and its clock, as measured:

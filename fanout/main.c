@@ -64,6 +64,8 @@ static const char usage_text[] =
 	"  --fanout N               connections in flight at once (default 128)\n"
 	"  --connect-timeout SEC    per node, until the agent's HELLO (default 5)\n"
 	"  --timeout SEC            deadline for the whole fan-out (default 30)\n"
+	"  --tree-width W           relay through agents: at most W groups, each sent to its\n"
+	"                           first host, which relays to the rest (0: flat, default)\n"
 	"  --max-rows N             row limit per node, sent to the agents\n"
 	"  --pings N                clock samples per node after HELLO (default 4 for the\n"
 	"                           subcommands, 0 for queries: HELLO's clock only)\n"
@@ -168,6 +170,7 @@ enum {
 	OPT_SAMPLES,
 	OPT_TOLERANCE,
 	OPT_MAD_K,
+	OPT_TREE_WIDTH,
 };
 
 static const struct option long_opts[] = {
@@ -188,6 +191,7 @@ static const struct option long_opts[] = {
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ "pings", required_argument, NULL, OPT_PINGS },
+	{ "tree-width", required_argument, NULL, OPT_TREE_WIDTH },
 	{ "since", required_argument, NULL, OPT_SINCE },
 	{ "job", required_argument, NULL, OPT_JOB },
 	{ "comm", required_argument, NULL, OPT_COMM },
@@ -254,6 +258,7 @@ struct query_opts {
 	long long max_rows;
 	int insecure, quiet;
 	int pings; /* -1: the command's default */
+	int tree_width; /* 0: flat fan-out */
 	const char *sql;
 	/* analyses */
 	int64_t since_ns; /* window length; 0 = all time; -1 = default */
@@ -403,6 +408,15 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 				return usage_error(
 					"--max-rows: invalid count '%s': use a number above 0",
 					optarg);
+			break;
+		case OPT_TREE_WIDTH:
+			errno = 0;
+			q->tree_width = (int)strtol(optarg, &end, 10);
+			if (errno || end == optarg || *end || q->tree_width < 0 ||
+			    q->tree_width > 65536)
+				return usage_error("--tree-width: invalid width '%s': use a number "
+						   "from 0 (flat) to 65536",
+						   optarg);
 			break;
 		case OPT_PINGS:
 			errno = 0;
@@ -866,6 +880,7 @@ static int run(int cmd, struct query_opts *q)
 	fp.key = conf.key;
 	fp.insecure = q->insecure;
 	fp.window = conf.fanout;
+	fp.tree_width = q->tree_width;
 	fp.connect_timeout_ms = (int64_t)ceil(conf.connect_timeout * 1000);
 	fp.timeout_ms = (int64_t)ceil(conf.timeout * 1000);
 	fp.sql = cmd == CMD_PING ? NULL : q->sql;

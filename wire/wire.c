@@ -486,6 +486,11 @@ int wire_put_query(struct wire_buf *out, const struct wire_query *q)
 				enc_strval(&e, q->peers[i]);
 		}
 	}
+	if (q->tree_width)
+		enc_int(&e, "tree_width", q->tree_width);
+	enc_str(&e, "as", q->self_name);
+	if (q->clock_param)
+		enc_int(&e, "clock_param", q->clock_param);
 	return enc_end(&e);
 }
 
@@ -525,6 +530,11 @@ int wire_put_end(struct wire_buf *out, const struct wire_end *end)
 	enc_int(&e, "truncated", end->truncated ? 1 : 0);
 	enc_str(&e, "msg", end->message);
 	enc_str(&e, "node", end->node);
+	enc_str(&e, "outcome", end->outcome);
+	if (end->rtt_ns) {
+		enc_int(&e, "offset_ns", end->offset_ns);
+		enc_int(&e, "rtt_ns", end->rtt_ns);
+	}
 	return enc_end(&e);
 }
 
@@ -1401,6 +1411,9 @@ static int decode_query(struct wire_priv *pv, struct rd *r, struct wire_query *q
 		{ "max_bytes", F_INT, false, &q->max_bytes, NULL },
 		{ "timeout_ms", F_INT, false, &q->timeout_ms, NULL },
 		{ "peers", F_PEERS, false, &q->peers, &q->npeers },
+		{ "tree_width", F_INT, false, &q->tree_width, NULL },
+		{ "as", F_STR, false, &q->self_name, NULL },
+		{ "clock_param", F_INT, false, &q->clock_param, NULL },
 	};
 	int err = decode_map(pv, r, f, NFIELDS(f), "QUERY", cause);
 
@@ -1419,6 +1432,9 @@ static int decode_end(struct wire_priv *pv, struct rd *r, struct wire_end *e, ch
 		{ "truncated", F_BOOL, false, &e->truncated, NULL },
 		{ "msg", F_STR, false, &e->message, NULL },
 		{ "node", F_STR, false, &e->node, NULL },
+		{ "outcome", F_STR, false, &e->outcome, NULL },
+		{ "offset_ns", F_INT, false, &e->offset_ns, NULL },
+		{ "rtt_ns", F_INT, false, &e->rtt_ns, NULL },
 	};
 
 	return decode_map(pv, r, f, NFIELDS(f), "END", cause);

@@ -112,6 +112,13 @@ struct wire_query {
 	 * session stays usable; see PROTOCOL.md "Relay"). */
 	size_t npeers;
 	const char *const *peers;
+	/* Relay extensions (optional keys, ignored by agents that do not relay):
+	 * tree_width: a relay with more peers than this splits them into at most
+	 * this many sub-relays (0: every peer is a leaf); self_name: the name the
+	 * requester lists this agent under, which labels its own rows and END. */
+	int64_t tree_width;
+	const char *self_name;
+	int64_t clock_param; /* 1-based param holding a time on the sender's clock; 0 none */
 };
 
 struct wire_end {
@@ -124,6 +131,12 @@ struct wire_end {
 	/* Relay: the leaf this END reports on; NULL for the answering agent's
 	 * own, final END. (Added after the first draft; zero-init keeps it NULL.) */
 	const char *node;
+	/* Relay: the requester-side outcome of that leaf ("ok", "unreachable",
+	 * "tls", ... as fleetq names them), so coverage survives each hop. */
+	const char *outcome;
+	/* Relay: that leaf's clock offset to the relay's and the round trip it
+	 * was measured with; rtt_ns 0 = no sample (the keys are left out). */
+	int64_t offset_ns, rtt_ns;
 };
 
 struct wire_error {
