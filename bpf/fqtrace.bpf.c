@@ -476,21 +476,25 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 	return 0;
 }
 
+/* An exec or a cgroup move of task (pid_tgid id): user space looks at the process. */
+static __always_inline void emit_proc(uint32_t type, uint64_t id, struct task_struct *task)
+{
+	struct fq_ev_proc *e = reserve(sizeof(*e));
+
+	if (!e)
+		return;
+	fill_hdr(&e->h, type, id, 0, now_ns());
+	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
+	e->exit_code = 0;
+	bpf_ringbuf_submit(e, 0);
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(proc_exec, struct task_struct *p)
 {
-	uint64_t id = bpf_get_current_pid_tgid();
-	struct fq_ev_proc *e;
-
 	if (scoped && bpf_current_task_under_cgroup(&scope_cg, 0) != 1)
 		return 0;
-	e = reserve(sizeof(*e));
-	if (!e)
-		return 0;
-	fill_hdr(&e->h, FQ_EV_EXEC, id, 0, now_ns());
-	e->ppid = BPF_CORE_READ(p, real_parent, tgid);
-	e->exit_code = 0;
-	bpf_ringbuf_submit(e, 0);
+	emit_proc(FQ_EV_EXEC, bpf_get_current_pid_tgid(), p);
 	return 0;
 }
 
@@ -504,19 +508,11 @@ SEC("tp_btf/cgroup_attach_task")
 int BPF_PROG(cgroup_attach, struct cgroup *dst, const char *path, struct task_struct *task,
 	     bool threadgroup)
 {
-	uint64_t id;
-	struct fq_ev_proc *e;
-
 	if (!scoped)
 		return 0;
-	id = ((uint64_t)BPF_CORE_READ(task, tgid) << 32) | (uint32_t)BPF_CORE_READ(task, pid);
-	e = reserve(sizeof(*e));
-	if (!e)
-		return 0;
-	fill_hdr(&e->h, FQ_EV_CGMOVE, id, 0, now_ns());
-	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
-	e->exit_code = 0;
-	bpf_ringbuf_submit(e, 0);
+	emit_proc(FQ_EV_CGMOVE,
+		  ((uint64_t)BPF_CORE_READ(task, tgid) << 32) | (uint32_t)BPF_CORE_READ(task, pid),
+		  task);
 	return 0;
 }
 
