@@ -133,6 +133,14 @@ static const char *const ts_tables[] = {
 };
 #define N_TS_TABLES (sizeof(ts_tables) / sizeof(ts_tables[0]))
 
+/*
+ * Tables keyed by ts_ns (INTEGER PRIMARY KEY, schema version 2): a row whose ts_ns is
+ * taken is moved to the next free nanosecond, never dropped.
+ */
+static const char *const key_tables[] = { "collectives", "cuda_calls", "offcpu",
+					  "tcp_retransmits" };
+#define N_KEY_TABLES (sizeof(key_tables) / sizeof(key_tables[0]))
+
 struct meta_kv {
 	struct meta_kv *next;
 	bool is_text;
@@ -150,7 +158,7 @@ struct store {
 
 	/* consumer, published for producers and stats */
 	_Atomic uint64_t head __attribute__((aligned(64)));
-	_Atomic int64_t rows, drops_write, write_errors, retained;
+	_Atomic int64_t rows, drops_write, write_errors, retained, ts_nudged;
 	_Atomic int64_t txn_oldest_ns; /* enqueue time of the open batch's first record, or 0 */
 
 	struct slot *ring;
@@ -162,12 +170,14 @@ struct store {
 
 	sqlite3 *db;
 	sqlite3_stmt *st[ST_MAX];
+	sqlite3_stmt *gap[N_KEY_TABLES]; /* first free ts_ns at or after ?1, made when needed */
 	pthread_t thread;
 	bool thread_started;
 
 	/* writer-only */
 	bool txn_open, failing, row_warned;
 	int in_txn;
+	int64_t nudged_txn; /* rows of the open batch whose ts_ns was moved */
 	int64_t next_retain_ns;
 	uint64_t wr_head;
 
@@ -575,12 +585,16 @@ static void txn_end(struct store *s, int rc)
 				     atomic_load_explicit(&s->drops_write, memory_order_relaxed));
 		meta_put_int(s, "store_write_errors",
 			     atomic_load_explicit(&s->write_errors, memory_order_relaxed));
+		meta_put_int(s, "ts_nudged",
+			     atomic_load_explicit(&s->ts_nudged, memory_order_relaxed) +
+				     s->nudged_txn);
 		meta_put_int(s, "store_lag_ns", lag);
 		meta_put_int(s, "store_commit_ns", now_ns(CLOCK_REALTIME));
 		rc = step_reset(s->st[ST_COMMIT]);
 	}
 	if (rc == SQLITE_OK) {
 		atomic_fetch_add_explicit(&s->rows, s->in_txn, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->ts_nudged, s->nudged_txn, memory_order_relaxed);
 		if (s->failing)
 			log_line("writing trace store '%s' again", s->path);
 		s->failing = false;
@@ -612,6 +626,7 @@ static void txn_end(struct store *s, int rc)
 	}
 	s->txn_open = false;
 	s->in_txn = 0;
+	s->nudged_txn = 0;
 	atomic_store_explicit(&s->txn_oldest_ns, 0, memory_order_relaxed);
 }
 
@@ -625,7 +640,81 @@ static int txn_begin(struct store *s)
 	}
 	s->txn_open = true;
 	s->in_txn = 0;
+	s->nudged_txn = 0;
 	return SQLITE_OK;
+}
+
+/* The ts_ns field of r and its key_tables index, when r goes to a table keyed by time. */
+static int64_t *rec_key_ts(struct rec *r, int *table)
+{
+	switch (r->kind) {
+	case REC_COLLECTIVE:
+		*table = 0;
+		return &r->u.collective.ts_ns;
+	case REC_CUDA:
+		*table = 1;
+		return &r->u.cuda.ts_ns;
+	case REC_OFFCPU:
+		*table = 2;
+		return &r->u.offcpu.ts_ns;
+	case REC_TCP:
+		*table = 3;
+		return &r->u.tcp.ts_ns;
+	default:
+		return NULL;
+	}
+}
+
+/*
+ * The first ts_ns >= ts not taken in key table t: the end of the run of taken
+ * nanoseconds that starts at ts, walked through the table's b-tree. Two events of
+ * one nanosecond are rare; a run of them (a clock that stood still) costs one
+ * query here rather than one failed insert per taken nanosecond.
+ */
+static int64_t key_next_free(struct store *s, int t, int64_t ts)
+{
+	char sql[256];
+	int64_t next = ts + 1;
+
+	if (!s->gap[t]) {
+		snprintf(sql, sizeof(sql),
+			 "SELECT a.ts_ns + 1 FROM %s AS a WHERE a.ts_ns >= ?1 AND NOT EXISTS "
+			 "(SELECT 1 FROM %s AS b WHERE b.ts_ns = a.ts_ns + 1) "
+			 "ORDER BY a.ts_ns LIMIT 1",
+			 key_tables[t], key_tables[t]);
+		if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->gap[t],
+				       NULL) != SQLITE_OK)
+			return next;
+	}
+	sqlite3_bind_int64(s->gap[t], 1, ts);
+	if (sqlite3_step(s->gap[t]) == SQLITE_ROW &&
+	    sqlite3_column_type(s->gap[t], 0) == SQLITE_INTEGER)
+		next = sqlite3_column_int64(s->gap[t], 0);
+	sqlite3_reset(s->gap[t]);
+	return next > ts ? next : ts + 1;
+}
+
+/*
+ * Steps r's bound statement. A row keyed by ts_ns whose nanosecond is taken goes
+ * to the next free one (counted in meta 'ts_nudged'): the writer never drops an
+ * event for sharing a nanosecond with another.
+ */
+static int step_rec(struct store *s, struct rec *r, sqlite3_stmt *st)
+{
+	int rc = step_reset(st), t;
+	int64_t *ts;
+
+	if (rc != SQLITE_CONSTRAINT_PRIMARYKEY || !(ts = rec_key_ts(r, &t)))
+		return rc;
+	for (int tries = 0; rc == SQLITE_CONSTRAINT_PRIMARYKEY && *ts < INT64_MAX; tries++) {
+		/* the next nanosecond first: usually free; else skip the whole run */
+		*ts = tries ? key_next_free(s, t, *ts) : *ts + 1;
+		sqlite3_bind_int64(st, 1, *ts);
+		rc = step_reset(st);
+	}
+	if (rc == SQLITE_OK)
+		s->nudged_txn++;
+	return rc;
 }
 
 /* Moves up to max ready records from the ring into the open batch; returns how many. */
@@ -648,7 +737,7 @@ static int drain(struct store *s, int max)
 					      memory_order_relaxed);
 		st = s->txn_open ? bind_rec(s, &sl->h.r) : NULL;
 		if (st) {
-			rc = step_reset(st);
+			rc = step_rec(s, &sl->h.r, st);
 			if (rc == SQLITE_OK) {
 				s->in_txn++;
 			} else if (row_error(rc)) {
@@ -926,10 +1015,11 @@ static int exec_sql(sqlite3 *db, const char *sql, char **cause, const char *path
 	return 0;
 }
 
-static int store_setup_db(struct store *s, const struct store_opts *o, char **cause)
+/* Opens o->path and sets the writer's pragmas. */
+static int store_open_db(struct store *s, const struct store_opts *o, char **cause)
 {
 	char sql[256];
-	int rc, err;
+	int rc;
 
 	rc = sqlite3_open_v2(o->path, &s->db,
 			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
@@ -949,10 +1039,74 @@ static int store_setup_db(struct store *s, const struct store_opts *o, char **ca
 		 "PRAGMA synchronous = NORMAL; PRAGMA cache_size = -%d; "
 		 "PRAGMA journal_size_limit = %d",
 		 CACHE_KIB, 64 << 20);
-	err = exec_sql(s->db, sql, cause, o->path);
+	return exec_sql(s->db, sql, cause, o->path);
+}
+
+/*
+ * Renames a trace file of an older schema (and its -wal, -shm) to the first free
+ * "<path>.v<version>[.<n>]": its rows stay readable there, and the new file never
+ * mixes tables of two shapes. s->db is closed first (that checkpoints the WAL).
+ */
+static int store_move_aside(struct store *s, const char *path, char **cause)
+{
+	static const char *const sfx[] = { "-wal", "-shm" };
+	char to[4096], from[4096];
+	int64_t version = 0;
+	int err = 0;
+
+	exec_int(s->db, "SELECT value FROM meta WHERE key = 'schema_version'", &version);
+	sqlite3_close(s->db);
+	s->db = NULL;
+	for (int n = 0; n < 1000; n++) {
+		if (n)
+			snprintf(to, sizeof(to), "%s.v%" PRId64 ".%d", path, version, n);
+		else
+			snprintf(to, sizeof(to), "%s.v%" PRId64, path, version);
+		if (access(to, F_OK) && errno == ENOENT)
+			break;
+		to[0] = '\0';
+	}
+	if (!to[0] || rename(path, to)) {
+		err = to[0] ? -errno : -EEXIST;
+		set_cause(cause, "trace store '%s' has schema version %" PRId64 " and cannot be "
+				 "moved aside (%s): move or delete it and restart agentd",
+			  path, version, strerror(-err));
+		return err;
+	}
+	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+		size_t tl = strlen(to);
+
+		snprintf(from, sizeof(from), "%s%s", path, sfx[i]);
+		snprintf(to + tl, sizeof(to) - tl, "%s", sfx[i]);
+		if (rename(from, to) && errno != ENOENT)
+			unlink(from);
+		to[tl] = '\0';
+	}
+	log_line("trace store '%s' has schema version %" PRId64 " (this agent writes %d): "
+		 "moved it to '%s' and started a new file",
+		 path, version, FQSQL_SCHEMA_VERSION, to);
+	return 0;
+}
+
+static int store_setup_db(struct store *s, const struct store_opts *o, char **cause)
+{
+	int rc, err;
+
+	err = store_open_db(s, o, cause);
 	if (err)
 		return err;
 	err = fqsql_schema_apply(s->db, cause);
+	if (err == -ESTALE) {
+		if (cause) {
+			free(*cause);
+			*cause = NULL;
+		}
+		err = store_move_aside(s, o->path, cause);
+		if (!err)
+			err = store_open_db(s, o, cause);
+		if (!err)
+			err = fqsql_schema_apply(s->db, cause);
+	}
 	if (err)
 		return err;
 	for (int i = 0; i < ST_MAX; i++) {
@@ -1107,6 +1261,7 @@ void store_get_stats(struct store *s, struct store_stats *st)
 		    atomic_load_explicit(&s->drops_write, memory_order_relaxed);
 	st->write_errors = atomic_load_explicit(&s->write_errors, memory_order_relaxed);
 	st->retained = atomic_load_explicit(&s->retained, memory_order_relaxed);
+	st->ts_nudged = atomic_load_explicit(&s->ts_nudged, memory_order_relaxed);
 	oldest = atomic_load_explicit(&s->txn_oldest_ns, memory_order_relaxed);
 	if (!oldest) {
 		/* nothing in a batch yet: the oldest record is still in the ring */
@@ -1168,6 +1323,8 @@ void store_close(struct store *s)
 	}
 	for (int i = 0; i < ST_MAX; i++)
 		sqlite3_finalize(s->st[i]);
+	for (size_t i = 0; i < N_KEY_TABLES; i++)
+		sqlite3_finalize(s->gap[i]);
 	if (s->db) {
 		/* leaves the file checkpointed, and the -wal removed, for readers */
 		sqlite3_close(s->db);

@@ -28,6 +28,7 @@ struct store_stats {
 	int64_t lag_ns;       /* age of the oldest record not yet committed, 0 if none */
 	int64_t write_errors; /* failed commits (e.g. disk full); writing resumes when possible */
 	int64_t retained;     /* rows deleted by retention (age or size) */
+	int64_t ts_nudged;    /* rows stored with ts_ns moved forward to a free nanosecond */
 };
 
 struct store;

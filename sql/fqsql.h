@@ -10,7 +10,8 @@
 #include <stdint.h>
 #include <sqlite3.h>
 
-#define FQSQL_SCHEMA_VERSION 1
+/* 2: collectives, cuda_calls, offcpu, tcp_retransmits keyed by ts_ns (docs/schema.md) */
+#define FQSQL_SCHEMA_VERSION 2
 
 /* Registers median(x), percentile(x, p), p50/p90/p95/p99/p999(x), mad(x),
  * robust_z(x, median, mad) and friends on db. Returns 0 or -errno. */
@@ -29,13 +30,19 @@ int fqsql_register(sqlite3 *db);
 #define FQSQL_Z_K 0.6745
 #define FQSQL_Z_CAP 1e9
 
-/* Creates (IF NOT EXISTS) the trace schema and records schema_version in meta. */
+/*
+ * Creates (IF NOT EXISTS) the trace schema and records schema_version in meta.
+ * A file of an older schema version is left as it is: -ESTALE (a writer moves
+ * it aside and starts a new file); a newer one: -ENOTSUP.
+ */
 int fqsql_schema_apply(sqlite3 *db, char **cause);
 extern const char fqsql_schema_sql[]; /* sql/schema.sql, embedded at build time */
 
 struct fqsql_limits {
 	int64_t max_length;   /* largest string/blob a query may make (SQLITE_LIMIT_LENGTH) */
-	int64_t heap_limit;   /* process-wide sqlite3_hard_heap_limit64, 0 = leave */
+	/* process-wide sqlite3_hard_heap_limit64, 0 = leave; needs SQLite's memory
+	 * statistics (SQLITE_CONFIG_MEMSTATUS, which agentd turns off for ingest) */
+	int64_t heap_limit;
 	int max_vdbe_op;      /* 0 = default */
 };
 

@@ -72,6 +72,13 @@ int fqsql_schema_apply(sqlite3 *db, char **cause)
 				"upgrade fleetq", version, FQSQL_SCHEMA_VERSION);
 		goto out;
 	}
+	if (version && version < FQSQL_SCHEMA_VERSION) {
+		/* tables of another shape under the same names: never mix the two */
+		ret = set_cause(cause, -ESTALE,
+				"trace file has schema version %d, older than this build's %d: "
+				"move it aside to start a new file", version, FQSQL_SCHEMA_VERSION);
+		goto out;
+	}
 	snprintf(sql, sizeof(sql),
 		 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', %d)",
 		 FQSQL_SCHEMA_VERSION);

@@ -1,8 +1,14 @@
 -- SPDX-License-Identifier: MIT
--- fleetq trace schema, version 1. Table and column names are the contract
+-- fleetq trace schema, version 2. Table and column names are the contract
 -- users' queries rely on; docs/schema.md documents every column.
 -- Times are nanoseconds: *_ts_ns / ts_ns on the node's CLOCK_REALTIME scale
 -- (see meta.clock_source), durations dur_ns.
+--
+-- Version 2: the high-rate event tables (collectives, cuda_calls, offcpu,
+-- tcp_retransmits) key their rows by time: ts_ns is the INTEGER PRIMARY KEY
+-- (the rowid), so a time window is a range of the table's own b-tree and no
+-- (ts_ns) index is written per row. ts_ns is unique there: the writer moves a
+-- row that would collide forward by 1 ns at a time (meta 'ts_nudged' counts them).
 
 CREATE TABLE IF NOT EXISTS meta (
 	key   TEXT PRIMARY KEY,
@@ -44,7 +50,7 @@ CREATE TABLE IF NOT EXISTS comms (
 
 -- One row per NCCL collective or p2p call (enqueue: see docs/schema.md).
 CREATE TABLE IF NOT EXISTS collectives (
-	ts_ns     INTEGER NOT NULL, -- entry time
+	ts_ns     INTEGER PRIMARY KEY NOT NULL, -- entry time, unique (nudged)
 	dur_ns    INTEGER NOT NULL, -- entry to return
 	pid       INTEGER NOT NULL,
 	tid       INTEGER NOT NULL,
@@ -64,7 +70,6 @@ CREATE TABLE IF NOT EXISTS collectives (
 	ret       INTEGER
 );
 CREATE INDEX IF NOT EXISTS collectives_comm_seq ON collectives (comm_hash, seq);
-CREATE INDEX IF NOT EXISTS collectives_ts ON collectives (ts_ns);
 -- Every (process, communicator, rank) by a few index probes instead of a scan of every
 -- collective (the 'last' rows of sql/analysis/stragglers.node.sql): one row in 64, so that
 -- ingest barely pays for it.
@@ -73,7 +78,7 @@ CREATE INDEX IF NOT EXISTS collectives_key ON collectives (pid, comm_hash, rank,
 
 -- libcudart / libcuda calls: launch, memcpy*, *Synchronize, malloc/free.
 CREATE TABLE IF NOT EXISTS cuda_calls (
-	ts_ns  INTEGER NOT NULL,
+	ts_ns  INTEGER PRIMARY KEY NOT NULL,
 	dur_ns INTEGER NOT NULL,
 	pid    INTEGER NOT NULL,
 	tid    INTEGER NOT NULL,
@@ -83,20 +88,18 @@ CREATE TABLE IF NOT EXISTS cuda_calls (
 	stream INTEGER,
 	ret    INTEGER
 );
-CREATE INDEX IF NOT EXISTS cuda_calls_ts ON cuda_calls (ts_ns);
 
 -- Off-CPU intervals of threads of traced processes.
 CREATE TABLE IF NOT EXISTS offcpu (
-	ts_ns  INTEGER NOT NULL, -- switched out
+	ts_ns  INTEGER PRIMARY KEY NOT NULL, -- switched out
 	dur_ns INTEGER NOT NULL, -- until switched back in
 	pid    INTEGER NOT NULL,
 	tid    INTEGER NOT NULL,
 	reason TEXT NOT NULL     -- preempted | blocked
 );
-CREATE INDEX IF NOT EXISTS offcpu_ts ON offcpu (ts_ns);
 
 CREATE TABLE IF NOT EXISTS tcp_retransmits (
-	ts_ns INTEGER NOT NULL,
+	ts_ns INTEGER PRIMARY KEY NOT NULL,
 	pid   INTEGER,           -- NULL when not attributable
 	saddr TEXT,
 	sport INTEGER,
@@ -104,7 +107,6 @@ CREATE TABLE IF NOT EXISTS tcp_retransmits (
 	dport INTEGER,
 	state TEXT
 );
-CREATE INDEX IF NOT EXISTS tcp_retransmits_ts ON tcp_retransmits (ts_ns);
 
 -- InfiniBand port counters, one row per counter per poll.
 CREATE TABLE IF NOT EXISTS ib_counters (

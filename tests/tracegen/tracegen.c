@@ -185,7 +185,14 @@ struct gen {
 	sqlite3 *db;
 	sqlite3_stmt *st[S_N];
 	int64_t rows[S_N];
+	int64_t ts; /* ts_ns bound to the keyed statement (bind_ts) */
 };
+
+static void bind_ts(struct gen *g, int which, int64_t ts)
+{
+	g->ts = ts;
+	sqlite3_bind_int64(g->st[which], 1, ts);
+}
 
 static int step_reset(struct gen *g, int which)
 {
@@ -193,6 +200,14 @@ static int step_reset(struct gen *g, int which)
 	int rc = sqlite3_step(st);
 
 	sqlite3_reset(st);
+	/* ts_ns keys these tables (schema version 2): as agentd does, a row whose
+	 * nanosecond another rank of this file took moves to the next free one */
+	while (rc == SQLITE_CONSTRAINT && (which == S_COLL || which == S_CUDA || which == S_OFF) &&
+	       sqlite3_extended_errcode(g->db) == SQLITE_CONSTRAINT_PRIMARYKEY) {
+		bind_ts(g, which, g->ts + 1);
+		rc = sqlite3_step(st);
+		sqlite3_reset(st);
+	}
 	sqlite3_clear_bindings(st);
 	if (rc != SQLITE_DONE) {
 		fprintf(stderr, "fq-tracegen: cannot write '%s': %s\n", g->o->out,
@@ -213,7 +228,7 @@ static int put_cuda(struct gen *g, int64_t ts, int64_t dur, int64_t pid, const c
 {
 	sqlite3_stmt *st = g->st[S_CUDA];
 
-	sqlite3_bind_int64(st, 1, ts);
+	bind_ts(g, S_CUDA, ts);
 	sqlite3_bind_int64(st, 2, dur);
 	sqlite3_bind_int64(st, 3, pid);
 	sqlite3_bind_int64(st, 4, pid);
@@ -335,8 +350,8 @@ static int simulate(struct gen *g)
 			if (seq % PREEMPT_EVERY == PREEMPT_EVERY - 1) {
 				preempt = 20000 + (int64_t)(noise(o, rank, seq, N_PREEMPT) * 180000);
 				st = g->st[S_OFF];
-				sqlite3_bind_int64(st, 1, s->start + (int64_t)(s->busy_wall * (0.2 +
-						   0.6 * noise(o, rank, seq, N_PREEMPT_AT))));
+				bind_ts(g, S_OFF, s->start + (int64_t)(s->busy_wall * (0.2 +
+					0.6 * noise(o, rank, seq, N_PREEMPT_AT))));
 				sqlite3_bind_int64(st, 2, preempt);
 				sqlite3_bind_int64(st, 3, pid);
 				sqlite3_bind_int64(st, 4, pid);
@@ -347,7 +362,7 @@ static int simulate(struct gen *g)
 			busy_ns = seq ? s->ts - s->prev_ret - s->prev_wait : s->busy_wall;
 			busy_ns -= preempt;
 			st = g->st[S_COLL];
-			sqlite3_bind_int64(st, 1, s->ts);
+			bind_ts(g, S_COLL, s->ts);
 			sqlite3_bind_int64(st, 2, s->enq);
 			sqlite3_bind_int64(st, 3, pid);
 			sqlite3_bind_int64(st, 4, pid);

@@ -2,7 +2,8 @@
 /*
  * Trace store: exact round trip of every record kind, the process-exit and
  * comm-destroy updates, queue-full accounting, readers during writes,
- * retention by age and by size, meta rows.
+ * retention by age and by size, meta rows, rows of one nanosecond (moved, never
+ * dropped), a file of an older schema version (moved aside).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -11,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fqsql.h"
 #include "store.h"
 #include "store_test.h"
 
@@ -216,7 +218,8 @@ static void test_roundtrip(const char *dir)
 	/* meta written at open, and counters written with each commit */
 	CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'node'", W_T("node-a"));
 	CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'clock_source'", W_T("test clock"));
-	CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'schema_version'", W_I(1));
+	CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'schema_version'",
+		  W_I(FQSQL_SCHEMA_VERSION));
 	CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'store_rows'", W_I(7));
 	CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'store_drops'", W_I(0));
 	CHECK(test_i64(db, "SELECT value FROM meta WHERE key = 'agent_start_ns'") > 0);
@@ -578,6 +581,163 @@ static void test_retain_size(const char *dir)
 	store_close(s);
 }
 
+/*
+ * Events of one nanosecond in a table keyed by ts_ns: every row is stored, moved
+ * forward to the next free nanosecond in arrival order, and counted.
+ */
+static void test_nudge(const char *dir)
+{
+	struct store_opts o = { .node = "n", .batch_rows = 7 };
+	static const char *const tables[] = { "cuda_calls", "offcpu", "tcp_retransmits" };
+	int64_t n = 100, t0 = 1000;
+	struct store_stats st;
+	char path[512], sql[256];
+	struct store *s;
+	struct rec r;
+	sqlite3 *db;
+
+	snprintf(path, sizeof(path), "%s/nudge.db", dir);
+	s = open_store(path, &o);
+	/* a row already at t0 + 3, committed: the run of taken nanoseconds skips it */
+	r = collective(t0 + 3, 1000);
+	CHECK_I64(store_put(s, &r), 0);
+	CHECK_I64(store_flush(s), 0);
+	for (int64_t i = 0; i < n; i++) {
+		r = collective(t0, i);
+		CHECK_I64(store_put(s, &r), 0);
+	}
+	/* every keyed table: 3 more rows at t0 (and ib_counters, not keyed: 3 at t0) */
+	for (int i = 0; i < 3; i++)
+		put_ts_rows(s, t0, i);
+	CHECK_I64(store_flush(s), 0);
+	store_get_stats(s, &st);
+	CHECK_I64(st.drops, 0);
+	CHECK_I64(st.rows, 1 + n + 3 * 5);
+	/* all but the first row at t0 of each keyed table */
+	CHECK_I64(st.ts_nudged, n + 3 - 1 + 3 * 2);
+	store_close(s);
+
+	db = test_reader(path);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM collectives"), n + 1 + 3);
+	CHECK_I64(test_i64(db, "SELECT count(DISTINCT ts_ns) FROM collectives"), n + 1 + 3);
+	CHECK_I64(test_i64(db, "SELECT min(ts_ns) FROM collectives"), t0);
+	/* t0 .. t0 + n + 3: the run steps over t0 + 3, which the first row holds */
+	CHECK_I64(test_i64(db, "SELECT max(ts_ns) FROM collectives"), t0 + n + 3);
+	CHECK_I64(test_i64(db, "SELECT seq FROM collectives WHERE ts_ns = 1003"), 1000);
+	/* arrival order kept: seq rises with ts_ns over the first n */
+	CHECK_I64(test_i64(db, "SELECT count(DISTINCT seq) FROM collectives WHERE ts_ns <= 1100"),
+		  n + 1);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM (SELECT seq, lag(seq) OVER (ORDER BY ts_ns) "
+			       "AS p FROM collectives WHERE ts_ns <= 1100 AND seq < 1000) "
+			       "WHERE seq < p"),
+		  0);
+	for (int i = 0; i < 3; i++) {
+		snprintf(sql, sizeof(sql), "SELECT group_concat((ts_ns - %lld) || ':' || pid) FROM "
+			 "(SELECT * FROM %s ORDER BY ts_ns)", (long long)t0, tables[i]);
+		{
+			sqlite3_stmt *q;
+
+			if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK ||
+			    sqlite3_step(q) != SQLITE_ROW)
+				DIE("'%s': %s", sql, sqlite3_errmsg(db));
+			CHECK_STR((const char *)sqlite3_column_text(q, 0), "0:0,1:1,2:2");
+			sqlite3_finalize(q);
+		}
+	}
+	CHECK_I64(test_i64(db, "SELECT count(DISTINCT ts_ns) FROM ib_counters"), 1);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM ib_counters"), 3);
+	CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'ts_nudged'"), st.ts_nudged);
+	/* a time window is a range of the table itself: no ts_ns index to write */
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM pragma_table_info('collectives') "
+			       "WHERE name = 'ts_ns' AND pk = 1"),
+		  1);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND "
+			       "sql LIKE '%(ts_ns)%' AND tbl_name <> 'ib_counters'"),
+		  0);
+	sqlite3_close(db);
+}
+
+/* A file of schema version 1 (as agentd before version 2 made it): a v1 table layout. */
+static void make_v1_file(const char *path, int64_t ts)
+{
+	sqlite3 *db;
+	char sql[512];
+
+	snprintf(sql, sizeof(sql),
+		 "PRAGMA journal_mode = WAL;"
+		 "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
+		 "INSERT INTO meta VALUES ('schema_version', 1), ('node', 'old');"
+		 "CREATE TABLE collectives (ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, "
+		 "pid INTEGER NOT NULL, tid INTEGER NOT NULL, seq INTEGER);"
+		 "CREATE INDEX collectives_ts ON collectives (ts_ns);"
+		 "INSERT INTO collectives VALUES (%lld, 1, 2, 3, 4), (%lld, 1, 2, 3, 5);",
+		 (long long)ts, (long long)ts);
+	if (sqlite3_open(path, &db) != SQLITE_OK ||
+	    sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+		DIE("cannot make a v1 file %s: %s", path, sqlite3_errmsg(db));
+	sqlite3_close(db);
+}
+
+/* A v1 file is never written as v2: it moves to <path>.v1 (then .v1.1) and a new file starts. */
+static void test_v1_file(const char *dir)
+{
+	struct store_opts o = { .node = "new" };
+	char path[512], old[600];
+	struct store *s;
+	struct rec r;
+	sqlite3 *db;
+
+	snprintf(path, sizeof(path), "%s/v1.db", dir);
+	for (int round = 0; round < 2; round++) {
+		make_v1_file(path, 500 + round);
+		s = open_store(path, &o);
+		r = collective(500, 7);
+		CHECK_I64(store_put(s, &r), 0);
+		CHECK_I64(store_flush(s), 0);
+		store_close(s);
+
+		db = test_reader(path);
+		CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
+			  FQSQL_SCHEMA_VERSION);
+		CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'node'", W_T("new"));
+		CHECK_ROW(db, "SELECT ts_ns, seq FROM collectives", W_I(500), W_I(7));
+		sqlite3_close(db);
+
+		/* the old rows, untouched, beside it */
+		if (round)
+			snprintf(old, sizeof(old), "%s.v1.%d", path, round);
+		else
+			snprintf(old, sizeof(old), "%s.v1", path);
+		db = test_reader(old);
+		CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 1);
+		CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'node'", W_T("old"));
+		CHECK_I64(test_i64(db, "SELECT count(*) FROM collectives"), 2);
+		CHECK_I64(test_i64(db, "SELECT min(ts_ns) FROM collectives"), 500 + round);
+		sqlite3_close(db);
+		unlink(path);
+	}
+	/* a file of a newer version is refused, and left alone */
+	{
+		struct store_opts on = { .node = "n", .path = path };
+		char *cause = NULL;
+
+		if (sqlite3_open(path, &db) != SQLITE_OK ||
+		    sqlite3_exec(db, "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;"
+				 "INSERT INTO meta VALUES ('schema_version', 99)",
+				 NULL, NULL, NULL) != SQLITE_OK)
+			DIE("cannot make %s: %s", path, sqlite3_errmsg(db));
+		sqlite3_close(db);
+		s = store_open(&on, &cause);
+		CHECK(!s);
+		CHECK(cause && strstr(cause, "newer"));
+		free(cause);
+		store_close(s);
+		db = test_reader(path);
+		CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 99);
+		sqlite3_close(db);
+	}
+}
+
 int main(void)
 {
 	char *dir = test_tmpdir();
@@ -588,6 +748,8 @@ int main(void)
 	test_readers(dir);
 	test_retain_age(dir);
 	test_retain_size(dir);
+	test_nudge(dir);
+	test_v1_file(dir);
 	test_rmrf(dir);
 	free(dir);
 	if (test_failures) {
