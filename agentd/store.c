@@ -15,6 +15,11 @@
  *   statement per table and commits every batch_rows rows or batch_ms.
  * - A failed commit (disk full, I/O error) drops that batch (counted) and the
  *   writer keeps going, so writing resumes by itself when space returns.
+ * - Checkpoints (WAL pages copied into the file, and their fsyncs) run on a thread
+ *   of their own with its own connection: done by the writer in its commit, as
+ *   SQLite's auto-checkpoint does, they stalled it for 200+ ms on a busy disk, long
+ *   enough to fill the queue at 200k events/s. A passive checkpoint and the writer's
+ *   appends to the WAL run side by side.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -35,24 +40,30 @@
 
 #define DEFAULT_BATCH_ROWS 8192
 #define DEFAULT_BATCH_MS 200
+/* 32k slots of 256 bytes: 8 MiB, 160 ms at 200k events/s. 16k measured more drops in
+ * bench/drops.sh on a 2-core box under CPU contention (the writer starved, not stalled). */
 #define DEFAULT_QUEUE_ROWS 32768
 #define MAX_QUEUE_ROWS (1 << 24)
 #define RETAIN_INTERVAL_NS (10 * 1000000000LL)
+/* WAL pages after a commit that ask the checkpointer for a pass (SQLite's default) */
+#define CKPT_PAGES 1000
 /* Rows one retention pass deletes per table at most: keeps a pass short so
  * the writer gets back to the queue before it fills; the next pass follows
  * right after the next batch. */
 #define RETAIN_CHUNK 100000
 /* Share of the stored time span that a size-retention pass deletes. */
 #define RETAIN_SIZE_PCT 10
-/* The writer's page cache: index pages of a batch stay hot; 8 MiB keeps agentd under
- * its 32 MB RSS target (a 32 MiB cache measured no faster on 2 cores). */
-#define CACHE_KIB 8192
+/* The writer's page cache. Schema version 2 writes the right edge of each table and of
+ * collectives' two indexes: a few hot pages. 2 MiB measured as fast as 8 MiB
+ * (bench_ingest, BENCH_CACHE_KIB) and is 6 MiB less of agentd's RSS under load. */
+#define CACHE_KIB 2048
 #ifndef FLEETQ_VERSION
 #define FLEETQ_VERSION "unknown"
 #endif
 
-/* One ring slot: 5 cache lines, the record, then its strings. */
-#define SLOT_SIZE 320
+/* One ring slot: 4 cache lines, the record, then its strings (64 bytes: the names of
+ * ops, datatypes, CUDA calls; a long cmdline or two IPv6 addresses take the heap). */
+#define SLOT_SIZE 256
 
 struct slot_hdr {
 	_Atomic uint64_t seq;
@@ -67,7 +78,7 @@ struct slot {
 };
 
 _Static_assert(sizeof(struct slot) == SLOT_SIZE, "slot size");
-_Static_assert(SLOT_SIZE - sizeof(struct slot_hdr) >= 96, "slot arena too small");
+_Static_assert(SLOT_SIZE - sizeof(struct slot_hdr) >= 64, "slot arena too small");
 
 enum {
 	ST_BEGIN,
@@ -173,6 +184,9 @@ struct store {
 	sqlite3_stmt *gap[N_KEY_TABLES]; /* first free ts_ns at or after ?1, made when needed */
 	pthread_t thread;
 	bool thread_started;
+	sqlite3 *ckpt_db; /* the checkpointer's connection, or NULL: the writer checkpoints */
+	pthread_t ckpt_thread;
+	bool ckpt_started;
 
 	/* writer-only */
 	bool txn_open, failing, row_warned;
@@ -185,6 +199,8 @@ struct store {
 	pthread_mutex_t mu;
 	pthread_cond_t wake; /* writer waits here */
 	pthread_cond_t done; /* store_flush / store_retain_now wait here */
+	pthread_cond_t ckpt_wake; /* the checkpointer waits here */
+	bool ckpt_want, ckpt_stop;
 	uint64_t committed;    /* every record before this position is committed or dropped */
 	uint64_t flush_target; /* a flusher waits for committed >= this */
 	uint64_t retain_req, retain_done;
@@ -766,6 +782,82 @@ static int drain(struct store *s, int max)
 	return n;
 }
 
+/* Asks for a passive checkpoint: on the checkpointer's thread, or here without one. */
+static void ckpt_request(struct store *s)
+{
+	if (!s->ckpt_started) {
+		sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+		return;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (!s->ckpt_want) {
+		s->ckpt_want = true;
+		pthread_cond_signal(&s->ckpt_wake);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* After each of the writer's commits (in place of SQLite's auto-checkpoint). */
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+	(void)db, (void)name;
+	if (pages >= CKPT_PAGES)
+		ckpt_request(arg);
+	return SQLITE_OK;
+}
+
+static void *ckpt_main(void *arg)
+{
+	struct store *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (!s->ckpt_want && !s->ckpt_stop)
+			pthread_cond_wait(&s->ckpt_wake, &s->mu);
+		if (s->ckpt_stop)
+			break;
+		s->ckpt_want = false;
+		pthread_mutex_unlock(&s->mu);
+		/* errors (disk full) leave the WAL longer; the writer reports its own */
+		sqlite3_wal_checkpoint_v2(s->ckpt_db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+		pthread_mutex_lock(&s->mu);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/*
+ * Opens the checkpointer's connection and hands checkpoints to it. Without one
+ * (cannot open, cannot start a thread) the writer keeps SQLite's auto-checkpoint.
+ */
+static void ckpt_start(struct store *s, const char *path)
+{
+	if (sqlite3_open_v2(path, &s->ckpt_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+			    NULL) != SQLITE_OK ||
+	    sqlite3_exec(s->ckpt_db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL) != SQLITE_OK ||
+	    pthread_create(&s->ckpt_thread, NULL, ckpt_main, s)) {
+		sqlite3_close(s->ckpt_db);
+		s->ckpt_db = NULL;
+		return;
+	}
+	s->ckpt_started = true;
+	sqlite3_wal_hook(s->db, wal_hook, s);
+}
+
+static void ckpt_stop(struct store *s)
+{
+	if (s->ckpt_started) {
+		pthread_mutex_lock(&s->mu);
+		s->ckpt_stop = true;
+		pthread_cond_signal(&s->ckpt_wake);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->ckpt_thread, NULL);
+		s->ckpt_started = false;
+	}
+	sqlite3_close(s->ckpt_db);
+	s->ckpt_db = NULL;
+}
+
 static int exec_int(sqlite3 *db, const char *sql, int64_t *out)
 {
 	sqlite3_stmt *st;
@@ -890,7 +982,7 @@ out:
 		if (db_bytes(s, &bytes) == SQLITE_OK && bytes > s->retain_bytes)
 			*more = true;
 	}
-	sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+	ckpt_request(s);
 	return SQLITE_OK;
 }
 
@@ -1038,7 +1130,7 @@ static int store_open_db(struct store *s, const struct store_opts *o, char **cau
 		 "PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL; "
 		 "PRAGMA synchronous = NORMAL; PRAGMA cache_size = -%d; "
 		 "PRAGMA journal_size_limit = %d",
-		 CACHE_KIB, 64 << 20);
+		 o->cache_kib > 0 ? o->cache_kib : CACHE_KIB, 64 << 20);
 	return exec_sql(s->db, sql, cause, o->path);
 }
 
@@ -1163,6 +1255,7 @@ struct store *store_open(const struct store_opts *o, char **cause)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->wake, &ca);
 	pthread_cond_init(&s->done, &ca);
+	pthread_cond_init(&s->ckpt_wake, NULL);
 	pthread_condattr_destroy(&ca);
 
 	s->batch_rows = o->batch_rows > 0 ? o->batch_rows : DEFAULT_BATCH_ROWS;
@@ -1192,6 +1285,7 @@ struct store *store_open(const struct store_opts *o, char **cause)
 	err = store_setup_db(s, o, cause);
 	if (err)
 		goto fail;
+	ckpt_start(s, o->path);
 
 	err = -pthread_create(&s->thread, NULL, writer_main, s);
 	if (err) {
@@ -1321,6 +1415,8 @@ void store_close(struct store *s)
 		pthread_join(s->thread, NULL);
 		s->thread_started = false;
 	}
+	/* before the writer's connection: its close then checkpoints and removes the WAL */
+	ckpt_stop(s);
 	for (int i = 0; i < ST_MAX; i++)
 		sqlite3_finalize(s->st[i]);
 	for (size_t i = 0; i < N_KEY_TABLES; i++)
@@ -1334,6 +1430,7 @@ void store_close(struct store *s)
 	free(s->path);
 	pthread_cond_destroy(&s->wake);
 	pthread_cond_destroy(&s->done);
+	pthread_cond_destroy(&s->ckpt_wake);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }

@@ -19,6 +19,7 @@ struct store_opts {
 	int batch_rows;         /* commit after this many rows (0: default) */
 	int batch_ms;           /* ... or after this long (0: default) */
 	int64_t queue_rows;     /* queue capacity before store_put drops (0: default) */
+	int cache_kib;          /* the writer's SQLite page cache (0: default) */
 };
 
 struct store_stats {

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -657,6 +658,38 @@ static void test_nudge(const char *dir)
 	sqlite3_close(db);
 }
 
+/*
+ * The checkpointer thread copies the WAL into the file while the store is open (the
+ * writer's own auto-checkpoint is off): without it the file would stay at its first pages.
+ */
+static void test_checkpoint(const char *dir)
+{
+	struct store_opts o = { .node = "n" };
+	char path[512];
+	struct store *s;
+	struct stat sb;
+	int i;
+
+	snprintf(path, sizeof(path), "%s/ckpt.db", dir);
+	s = open_store(path, &o);
+	for (int64_t j = 0; j < 40000; j++) {
+		struct rec r = collective(1000000 + j, j);
+
+		while (store_put(s, &r) == -ENOBUFS)
+			usleep(100);
+	}
+	CHECK_I64(store_flush(s), 0);
+	for (i = 0; i < 500; i++) {
+		if (stat(path, &sb) == 0 && sb.st_size >= (2 << 20))
+			break;
+		usleep(10000);
+	}
+	CHECK(i < 500);
+	store_close(s);
+	snprintf(path + strlen(path), sizeof(path) - strlen(path), "-wal");
+	CHECK(stat(path, &sb) != 0 && errno == ENOENT); /* removed at close */
+}
+
 /* A file of schema version 1 (as agentd before version 2 made it): a v1 table layout. */
 static void make_v1_file(const char *path, int64_t ts)
 {
@@ -749,6 +782,7 @@ int main(void)
 	test_retain_age(dir);
 	test_retain_size(dir);
 	test_nudge(dir);
+	test_checkpoint(dir);
 	test_v1_file(dir);
 	test_rmrf(dir);
 	free(dir);
