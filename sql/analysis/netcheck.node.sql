@@ -155,7 +155,7 @@ span AS (
 	       sum(iif(slow, 0, end_ns - ts_ns)) / 1e9 AS out_s
 	FROM wins GROUP BY comm_hash, rank, pid
 ),
--- retransmits by flow and window kind; the ts_ns index finds each window's events
+-- retransmits by flow and window kind; each window is a range of the table's key ts_ns
 tcp_flow AS (
 	SELECT w.comm_hash, w.rank, w.pid, iif(t.pid IS NULL, 'tcp_host', 'tcp') AS source,
 	       t.saddr || ':' || t.sport || '>' || t.daddr || ':' || t.dport AS flow,

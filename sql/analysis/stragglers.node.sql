@@ -87,8 +87,8 @@ newest AS (
 ),
 -- the window: newer than :since_ns and among the newest :max_seqs of its communicator.
 -- Two ways in, so that neither reads the whole communicator: with :since_ns alone,
--- the ts_ns index from :since_ns on; otherwise collectives_comm_seq from the first seq
--- kept (newest - :max_seqs, or every seq when neither is set).
+-- a range of the table's key ts_ns from :since_ns on; otherwise collectives_comm_seq
+-- from the first seq kept (newest - :max_seqs, or every seq when neither is set).
 win AS (
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
 	       c.busy_ns
