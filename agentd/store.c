@@ -19,7 +19,10 @@
  *   of their own with its own connection: done by the writer in its commit, as
  *   SQLite's auto-checkpoint does, they stalled it for 200+ ms on a busy disk, long
  *   enough to fill the queue at 200k events/s. A passive checkpoint and the writer's
- *   appends to the WAL run side by side.
+ *   appends to the WAL run side by side. The WAL only starts over when a write
+ *   transaction begins with every frame checkpointed, which a writer that never
+ *   pauses would rarely see: past CKPT_WAIT_PAGES the writer waits, once, for a pass
+ *   that covers its last commit (the tail since the previous pass).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -47,6 +50,10 @@
 #define RETAIN_INTERVAL_NS (10 * 1000000000LL)
 /* WAL pages after a commit that ask the checkpointer for a pass (SQLite's default) */
 #define CKPT_PAGES 1000
+/* ... and that make the writer wait for one, so the WAL starts over (32 MiB of 4 KiB
+ * pages; journal_size_limit then truncates it) */
+#define CKPT_WAIT_PAGES 8192
+#define CKPT_WAIT_NS (1000 * 1000000LL)
 /* Rows one retention pass deletes per table at most: keeps a pass short so
  * the writer gets back to the queue before it fills; the next pass follows
  * right after the next batch. */
@@ -187,6 +194,7 @@ struct store {
 	sqlite3 *ckpt_db; /* the checkpointer's connection, or NULL: the writer checkpoints */
 	pthread_t ckpt_thread;
 	bool ckpt_started;
+	int wal_pages; /* frames in the WAL after the writer's last commit */
 
 	/* writer-only */
 	bool txn_open, failing, row_warned;
@@ -200,7 +208,8 @@ struct store {
 	pthread_cond_t wake; /* writer waits here */
 	pthread_cond_t done; /* store_flush / store_retain_now wait here */
 	pthread_cond_t ckpt_wake; /* the checkpointer waits here */
-	bool ckpt_want, ckpt_stop;
+	uint64_t ckpt_req, ckpt_done; /* passes asked for / the last one done (its request) */
+	bool ckpt_stop;
 	uint64_t committed;    /* every record before this position is committed or dropped */
 	uint64_t flush_target; /* a flusher waits for committed >= this */
 	uint64_t retain_req, retain_done;
@@ -570,6 +579,8 @@ static void write_failed(struct store *s, int rc)
 	s->failing = true;
 }
 
+static void ckpt_request(struct store *s, bool wait);
+
 /* Ends the open batch: failed (rc != 0) means roll back and count its rows as dropped. */
 static void txn_end(struct store *s, int rc)
 {
@@ -607,6 +618,11 @@ static void txn_end(struct store *s, int rc)
 		meta_put_int(s, "store_lag_ns", lag);
 		meta_put_int(s, "store_commit_ns", now_ns(CLOCK_REALTIME));
 		rc = step_reset(s->st[ST_COMMIT]);
+	}
+	if (rc == SQLITE_OK && s->wal_pages >= CKPT_WAIT_PAGES) {
+		/* the next write transaction then finds the WAL checkpointed: it starts over */
+		ckpt_request(s, true);
+		s->wal_pages = 0;
 	}
 	if (rc == SQLITE_OK) {
 		atomic_fetch_add_explicit(&s->rows, s->in_txn, memory_order_relaxed);
@@ -782,17 +798,30 @@ static int drain(struct store *s, int max)
 	return n;
 }
 
-/* Asks for a passive checkpoint: on the checkpointer's thread, or here without one. */
-static void ckpt_request(struct store *s)
+/*
+ * Asks for a passive checkpoint: on the checkpointer's thread, or here without one.
+ * wait: until a pass that started after this call is done (at most CKPT_WAIT_NS).
+ */
+static void ckpt_request(struct store *s, bool wait)
 {
+	struct timespec ts;
+	uint64_t gen;
+	int64_t t;
+
 	if (!s->ckpt_started) {
 		sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
 		return;
 	}
 	pthread_mutex_lock(&s->mu);
-	if (!s->ckpt_want) {
-		s->ckpt_want = true;
+	if (wait || s->ckpt_done == s->ckpt_req) {
+		gen = ++s->ckpt_req;
 		pthread_cond_signal(&s->ckpt_wake);
+		t = now_ns(CLOCK_MONOTONIC) + CKPT_WAIT_NS;
+		ts.tv_sec = t / 1000000000LL;
+		ts.tv_nsec = t % 1000000000LL;
+		while (wait && s->ckpt_done < gen &&
+		       pthread_cond_timedwait(&s->done, &s->mu, &ts) != ETIMEDOUT)
+			;
 	}
 	pthread_mutex_unlock(&s->mu);
 }
@@ -800,9 +829,12 @@ static void ckpt_request(struct store *s)
 /* After each of the writer's commits (in place of SQLite's auto-checkpoint). */
 static int wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
 {
+	struct store *s = arg;
+
 	(void)db, (void)name;
+	s->wal_pages = pages;
 	if (pages >= CKPT_PAGES)
-		ckpt_request(arg);
+		ckpt_request(s, false);
 	return SQLITE_OK;
 }
 
@@ -810,18 +842,25 @@ static void *ckpt_main(void *arg)
 {
 	struct store *s = arg;
 
+	uint64_t gen;
+
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		while (!s->ckpt_want && !s->ckpt_stop)
+		while (s->ckpt_done == s->ckpt_req && !s->ckpt_stop)
 			pthread_cond_wait(&s->ckpt_wake, &s->mu);
 		if (s->ckpt_stop)
 			break;
-		s->ckpt_want = false;
+		gen = s->ckpt_req;
 		pthread_mutex_unlock(&s->mu);
 		/* errors (disk full) leave the WAL longer; the writer reports its own */
 		sqlite3_wal_checkpoint_v2(s->ckpt_db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
 		pthread_mutex_lock(&s->mu);
+		s->ckpt_done = gen;
+		pthread_cond_broadcast(&s->done);
 	}
+	/* a writer waiting for a pass stops waiting */
+	s->ckpt_done = s->ckpt_req;
+	pthread_cond_broadcast(&s->done);
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
 }
@@ -982,7 +1021,7 @@ out:
 		if (db_bytes(s, &bytes) == SQLITE_OK && bytes > s->retain_bytes)
 			*more = true;
 	}
-	ckpt_request(s);
+	ckpt_request(s, false);
 	return SQLITE_OK;
 }
 

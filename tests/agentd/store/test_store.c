@@ -690,6 +690,39 @@ static void test_checkpoint(const char *dir)
 	CHECK(stat(path, &sb) != 0 && errno == ENOENT); /* removed at close */
 }
 
+/*
+ * A writer that never pauses still lets the WAL start over: past CKPT_WAIT_PAGES (32 MiB)
+ * it waits once for a checkpoint pass, so the WAL stays near that size instead of
+ * growing with everything written (about 75 MiB here).
+ */
+static void test_wal_bounded(const char *dir)
+{
+	struct store_opts o = { .node = "n" };
+	int64_t wal_max = 0;
+	char path[512], wal[600];
+	struct store *s;
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/walmax.db", dir);
+	snprintf(wal, sizeof(wal), "%s-wal", path);
+	s = open_store(path, &o);
+	for (int64_t j = 0; j < 600000; j++) {
+		struct rec r = collective(1000000 + j, j);
+
+		while (store_put(s, &r) == -ENOBUFS)
+			usleep(100);
+		if ((j & 1023) == 0 && stat(wal, &sb) == 0 && sb.st_size > wal_max)
+			wal_max = sb.st_size;
+	}
+	CHECK_I64(store_flush(s), 0);
+	if (stat(wal, &sb) == 0 && sb.st_size > wal_max)
+		wal_max = sb.st_size;
+	store_close(s);
+	if (getenv("TEST_VERBOSE") || wal_max > (52 << 20))
+		fprintf(stderr, "WAL grew to %lld bytes\n", (long long)wal_max);
+	CHECK(wal_max <= (52 << 20));
+}
+
 /* A file of schema version 1 (as agentd before version 2 made it): a v1 table layout. */
 static void make_v1_file(const char *path, int64_t ts)
 {
@@ -783,6 +816,7 @@ int main(void)
 	test_retain_size(dir);
 	test_nudge(dir);
 	test_checkpoint(dir);
+	test_wal_bounded(dir);
 	test_v1_file(dir);
 	test_rmrf(dir);
 	free(dir);
