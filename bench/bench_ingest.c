@@ -14,9 +14,9 @@
  *           cuStreamSynchronize under it), 4 off-CPU intervals (the sync's block,
  *           and the NCCL proxy / data-loader threads' waits); 17 events in all
  *
- * For coll it also measures raw inserts into the version 1 layout (ts_ns index,
- * rowid key) and into the bare table (no secondary index), to show what the
- * layout and the indexes cost.
+ * Each also against raw inserts into the version 1 layout (rowid key, ts_ns index);
+ * coll also into the bare table (no secondary index), to show what the layout and
+ * the indexes cost.
  *
  * usage: bench_ingest [rows] [dir] [workloads]   (workloads: comma-separated, default all)
  *        BENCH_BATCH_ROWS=n overrides the store's batch_rows;
@@ -169,11 +169,11 @@ static void bind_text(sqlite3_stmt *st, int i, const char *v)
 
 enum layout {
 	L_V2,     /* this build's schema */
-	L_V1,     /* collectives as schema version 1 had it: rowid key, (ts_ns) index */
+	L_V1,     /* the three tables as schema version 1 had them: rowid key, (ts_ns) index */
 	L_BARE,   /* this build's collectives without its secondary indexes */
 };
 
-static const char v1_collectives[] =
+static const char v1_tables[] =
 	"DROP TABLE collectives; "
 	"CREATE TABLE collectives (ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, "
 	"pid INTEGER NOT NULL, tid INTEGER NOT NULL, comm_ptr INTEGER, comm_hash TEXT, "
@@ -182,7 +182,16 @@ static const char v1_collectives[] =
 	"CREATE INDEX collectives_comm_seq ON collectives (comm_hash, seq); "
 	"CREATE INDEX collectives_ts ON collectives (ts_ns); "
 	"CREATE INDEX collectives_key ON collectives (pid, comm_hash, rank, seq) "
-	"WHERE seq % 64 = 0";
+	"WHERE seq % 64 = 0; "
+	"DROP TABLE cuda_calls; "
+	"CREATE TABLE cuda_calls (ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, "
+	"pid INTEGER NOT NULL, tid INTEGER NOT NULL, api TEXT NOT NULL, kind TEXT NOT NULL, "
+	"bytes INTEGER, stream INTEGER, ret INTEGER); "
+	"CREATE INDEX cuda_calls_ts ON cuda_calls (ts_ns); "
+	"DROP TABLE offcpu; "
+	"CREATE TABLE offcpu (ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, "
+	"pid INTEGER NOT NULL, tid INTEGER NOT NULL, reason TEXT NOT NULL); "
+	"CREATE INDEX offcpu_ts ON offcpu (ts_ns)";
 
 /* rows/s of one prepared INSERT per table in one transaction. */
 static double raw_insert(const char *path, int64_t n, make_fn make, enum layout layout)
@@ -219,7 +228,7 @@ static double raw_insert(const char *path, int64_t n, make_fn make, enum layout 
 		fprintf(stderr, "bench_ingest: schema: %s\n", cause);
 		exit(1);
 	}
-	if (layout == L_V1 && sqlite3_exec(db, v1_collectives, NULL, NULL, NULL) != SQLITE_OK)
+	if (layout == L_V1 && sqlite3_exec(db, v1_tables, NULL, NULL, NULL) != SQLITE_OK)
 		die("v1 layout", db);
 	if (layout == L_BARE &&
 	    sqlite3_exec(db, "DROP INDEX collectives_comm_seq; DROP INDEX collectives_key", NULL,
@@ -435,15 +444,19 @@ int main(int argc, char **argv)
 		       workloads[w].what, raw, store, store / raw, (long long)rt,
 		       (long long)nudged);
 		fflush(stdout);
-		if (workloads[w].make == make_coll && !store_only) {
-			double v1 = 0, bare = 0;
+		if (!store_only) {
+			double v1 = 0;
 
-			for (int round = 0; round < 2; round++) {
-				v1 = best(v1, raw_insert(path, n, make_coll, L_V1));
-				bare = best(bare, raw_insert(path, n, make_coll, L_BARE));
-			}
+			for (int round = 0; round < 2; round++)
+				v1 = best(v1, raw_insert(path, n, workloads[w].make, L_V1));
 			printf("         raw, schema v1 layout (rowid, ts index)          %10.0f "
 			       "           (v2/v1 %.2f)\n", v1, raw / v1);
+		}
+		if (workloads[w].make == make_coll && !store_only) {
+			double bare = 0;
+
+			for (int round = 0; round < 2; round++)
+				bare = best(bare, raw_insert(path, n, make_coll, L_BARE));
 			printf("         raw, no secondary index (ts_ns key only)          %10.0f "
 			       "           (indexes cost %.0f%%)\n", bare, 100.0 * (1 - raw / bare));
 		}
