@@ -43,6 +43,8 @@ const struct probe_fn probe_fns[] = {
 	NCCL("ncclCommSplit", "ncclCommSplit", FQ_K_SPLIT, 0, 0, 0, 0, 0, 0),
 	NCCL("ncclCommDestroy", "ncclCommDestroy", FQ_K_DESTROY, 1, 0, 0, 0, 0, 0),
 	NCCL("ncclCommAbort", "ncclCommAbort", FQ_K_DESTROY, 1, 0, 0, 0, 0, 0),
+	NCCL("ncclGroupStart", "ncclGroupStart", FQ_K_GROUP_START, 0, 0, 0, 0, 0, 0),
+	NCCL("ncclGroupEnd", "ncclGroupEnd", FQ_K_GROUP_END, 0, 0, 0, 0, 0, 0),
 
 	CUDA("cudaStreamSynchronize", PROBE_SYNC, FQ_K_SYNC, 0, 1),
 	CUDA("cudaStreamSynchronize_ptsz", PROBE_SYNC, FQ_K_SYNC, 0, 1),
