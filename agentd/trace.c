@@ -51,11 +51,12 @@
 
 /*
  * The ring buffer's data pages are mapped twice into agentd (so records can wrap) and the
- * kernel maps them all at mmap time: it costs 2x this in RSS from the start. 4 MiB holds
- * ~35k call events, ~175 ms of 200k events/s should the poll thread fall behind; events
- * beyond that show up in meta ring_drops (FQ_RING_BYTES raises it).
+ * kernel maps them all at mmap time: it costs 2x this in RSS from the start. 1 MiB holds
+ * ~10k call events, ~50 ms of 200k events/s: the reader is woken at 1/8 full, so drops
+ * need it kept off a CPU for ~45 ms at that rate. Events beyond that show up in meta
+ * ring_drops (FQ_RING_BYTES raises it; a power of two, at least a page).
  */
-#define DEFAULT_RING_BYTES (4u << 20)
+#define DEFAULT_RING_BYTES (1u << 20)
 #define DEFAULT_MIN_OFFCPU_NS 10000
 /*
  * Records go into the ring without waking the reader, which drains it every POLL_MS; a
