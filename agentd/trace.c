@@ -59,12 +59,14 @@
 #define DEFAULT_RING_BYTES (1u << 20)
 #define DEFAULT_MIN_OFFCPU_NS 10000
 /*
- * Records go into the ring without waking the reader, which drains it every POLL_MS; a
- * record that finds 1/WAKEUP_DIV of the ring unread wakes it early (exec/exit always do).
- * Waking the reader per record cost the traced thread an irq_work (a self-IPI: a VM exit
- * here) and a context switch on nearly every call. FQ_RING_WAKEUP=0 brings that back.
+ * Records go into the ring without waking the reader, which drains it every POLL_MS (backing
+ * off to IDLE_POLL_MS while nothing comes); a record that finds 1/WAKEUP_DIV of the ring
+ * unread wakes it early, and exec/exit/cgroup-move records always do. Waking the reader per
+ * record cost the traced thread an irq_work (a self-IPI: a VM exit here) and a context
+ * switch on nearly every call. FQ_RING_WAKEUP=0 brings that back.
  */
-#define DEFAULT_POLL_MS 10
+#define POLL_MS 10
+#define IDLE_POLL_MS 100
 #define WAKEUP_DIV 8
 #define COMM_BUCKETS 1024
 #define PROC_BUCKETS 1024
@@ -104,7 +106,6 @@ struct tracer {
 	unsigned int sets;
 	uint32_t ring_bytes;
 	uint32_t wakeup_bytes; /* 0: a wakeup per record (the ring buffer's default) */
-	int poll_ms;
 	uint64_t min_offcpu_ns;
 
 	struct store *store;
@@ -796,9 +797,10 @@ static void proc_found(void *arg, int pid)
 static void *poll_main(void *arg)
 {
 	struct tracer *t = arg;
+	int ms = t->wakeup_bytes ? POLL_MS : IDLE_POLL_MS;
 
 	while (!atomic_load(&t->stop)) {
-		int n = ring_buffer__poll(t->rb, t->poll_ms);
+		int n = ring_buffer__poll(t->rb, ms);
 
 		/*
 		 * Records submitted without a wakeup do not make the ring ready for epoll:
@@ -810,6 +812,8 @@ static void *poll_main(void *arg)
 			tlog("ring buffer poll failed: %s", strerror(-n));
 			break;
 		}
+		if (t->wakeup_bytes)
+			ms = n > 0 ? POLL_MS : (ms * 2 < IDLE_POLL_MS ? ms * 2 : IDLE_POLL_MS);
 	}
 	return NULL;
 }
@@ -1013,7 +1017,6 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	t->verbose = o->verbose;
 	t->ring_bytes = (uint32_t)parse_env_u64("FQ_RING_BYTES", DEFAULT_RING_BYTES);
 	t->wakeup_bytes = (uint32_t)parse_env_u64("FQ_RING_WAKEUP", t->ring_bytes / WAKEUP_DIV);
-	t->poll_ms = t->wakeup_bytes ? DEFAULT_POLL_MS : 100;
 	t->min_offcpu_ns = (uint64_t)parse_env_u64("FQ_MIN_OFFCPU_NS", DEFAULT_MIN_OFFCPU_NS);
 
 	if (!t->db_path) {
