@@ -86,6 +86,7 @@ const struct probe_fn probe_fns[] = {
 const size_t probe_nfns = sizeof(probe_fns) / sizeof(probe_fns[0]);
 
 _Static_assert(sizeof(probe_fns) / sizeof(probe_fns[0]) <= 256, "function id is 8 bits");
+_Static_assert(FQ_K_GROUP_END <= 0xf, "kind is 4 bits");
 
 uint64_t probe_cookie(size_t i)
 {

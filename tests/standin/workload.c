@@ -108,8 +108,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: fq-workload --ranks N --steps S [--step-us U] [--kernel-us K]\n"
 		"         [--slow-rank R --slow-pct P [--slow-from STEP]] [--hang-rank R --hang-at SEQ]\n"
-		"         [--cgroup-parent DIR --cgroups K] [--job-id ID] [--ops allreduce|mixed|grouped]\n"
-		"         [--watchdog-us US] [--report FILE]\n");
+		"         [--cgroup-parent DIR --cgroups K] [--job-id ID]\n"
+		"         [--ops allreduce|mixed|grouped] [--watchdog-us US] [--report FILE]\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
