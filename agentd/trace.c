@@ -60,8 +60,9 @@
 #define DEFAULT_MIN_OFFCPU_NS 10000
 /*
  * Records go into the ring without waking the reader, which drains it every POLL_MS (backing
- * off to IDLE_POLL_MS while nothing comes); a record that finds 1/WAKEUP_DIV of the ring
- * unread wakes it early, and exec/exit/cgroup-move records always do. Waking the reader per
+ * off to IDLE_POLL_MS while nothing comes); a record that takes the unread data past a
+ * multiple of 1/WAKEUP_DIV of the ring wakes it early, and exec/exit/cgroup-move records
+ * always do. Waking the reader per
  * record cost the traced thread an irq_work (a self-IPI: a VM exit here) and a context
  * switch on nearly every call. FQ_RING_WAKEUP=0 brings that back.
  */

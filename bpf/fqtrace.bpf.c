@@ -25,8 +25,9 @@ const volatile bool trace_sched = true;
 /*
  * Reader wakeups. 0: the ring buffer's own policy (wake the reader whenever it may have
  * emptied the ring: nearly every record when the reader keeps up). Else records are
- * submitted without a wakeup and the reader drains on a timer; a record that finds this
- * many bytes or more unread forces one, and events that start discovery always do.
+ * submitted without a wakeup and the reader drains on a timer; a record that takes the
+ * unread data past a multiple of this many bytes forces one, and events that start
+ * discovery always do.
  */
 const volatile uint64_t wakeup_bytes = 0;
 
@@ -160,14 +161,25 @@ static __always_inline void *reserve(uint64_t size)
 	return e;
 }
 
-/* Hands a record of the hot paths (calls, off-CPU, tcp) to the reader: see wakeup_bytes. */
-static __always_inline void submit(void *e)
-{
-	uint64_t flags = 0;
+/* Bytes a record of size n takes in the ring: an 8-byte header, rounded up to 8. */
+#define RB_SPACE(n) (((n) + 8 + 7) & ~7ULL)
 
-	if (wakeup_bytes)
-		flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ?
+/*
+ * Hands a record of the hot paths (calls, off-CPU, tcp) to the reader: see wakeup_bytes.
+ * The reader is woken when this record takes the unread data past a multiple of
+ * wakeup_bytes, not on every record above it: a reader that lags (no CPU free for it)
+ * would otherwise cost every traced call an irq_work and its self-IPI until it caught up.
+ * space is the record's RB_SPACE().
+ */
+static __always_inline void submit(void *e, uint64_t space)
+{
+	uint64_t flags = 0, avail;
+
+	if (wakeup_bytes) {
+		avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+		flags = avail >= space && avail / wakeup_bytes != (avail - space) / wakeup_bytes ?
 				BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	}
 	bpf_ringbuf_submit(e, flags);
 }
 
@@ -315,7 +327,7 @@ static __always_inline int call_return(struct pt_regs *ctx, unsigned int slot, u
 		e->redop = f->redop;
 		e->peer = f->peer;
 		e->kind = FQ_CK_KIND(f->cookie);
-		submit(e);
+		submit(e, RB_SPACE(sizeof(*e)));
 	}
 	f->ts = 0;
 	return 0;
@@ -435,7 +447,7 @@ int BPF_KRETPROBE(init_return)
 		e->has_id = f->has_id;
 		e->pad = 0;
 		__builtin_memcpy(e->id, f->id, sizeof(e->id));
-		submit(e);
+		submit(e, RB_SPACE(sizeof(*e)));
 	}
 	bpf_map_delete_elem(&inits, &id);
 	return 0;
@@ -455,7 +467,7 @@ int BPF_KPROBE(destroy_entry, uint64_t comm)
 		return 0;
 	fill_hdr(&e->h, FQ_EV_COMM_DESTROY, id, FQ_CK_FN(ck), now_ns());
 	e->comm = comm;
-	submit(e);
+	submit(e, RB_SPACE(sizeof(*e)));
 	return 0;
 }
 
@@ -508,7 +520,7 @@ int BPF_KRETPROBE(group_end_return)
 		e->ret = (int32_t)PT_REGS_RC(ctx);
 		e->ncalls = s->group_ncalls;
 		e->pad = 0;
-		submit(e);
+		submit(e, RB_SPACE(sizeof(*e)));
 	}
 	s->group_end_ts = 0;
 	return 0;
@@ -565,7 +577,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 					e->dur = dur;
 					e->preempted = s->preempted;
 					e->pad = 0;
-					submit(e);
+					submit(e, RB_SPACE(sizeof(*e)));
 				}
 			}
 			bpf_map_delete_elem(&offstart, &npid);
@@ -678,7 +690,7 @@ int BPF_PROG(tcp_retransmit, const struct sock *sk)
 		bpf_core_read(e->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
 		bpf_core_read(e->daddr, 16, &sk->__sk_common.skc_v6_daddr);
 	}
-	submit(e);
+	submit(e, RB_SPACE(sizeof(*e)));
 	return 0;
 }
 
