@@ -43,6 +43,8 @@ const struct probe_fn probe_fns[] = {
 	NCCL("ncclCommSplit", "ncclCommSplit", FQ_K_SPLIT, 0, 0, 0, 0, 0, 0),
 	NCCL("ncclCommDestroy", "ncclCommDestroy", FQ_K_DESTROY, 1, 0, 0, 0, 0, 0),
 	NCCL("ncclCommAbort", "ncclCommAbort", FQ_K_DESTROY, 1, 0, 0, 0, 0, 0),
+	NCCL("ncclGroupStart", "ncclGroupStart", FQ_K_GROUP_START, 0, 0, 0, 0, 0, 0),
+	NCCL("ncclGroupEnd", "ncclGroupEnd", FQ_K_GROUP_END, 0, 0, 0, 0, 0, 0),
 
 	CUDA("cudaStreamSynchronize", PROBE_SYNC, FQ_K_SYNC, 0, 1),
 	CUDA("cudaStreamSynchronize_ptsz", PROBE_SYNC, FQ_K_SYNC, 0, 1),
@@ -84,6 +86,7 @@ const struct probe_fn probe_fns[] = {
 const size_t probe_nfns = sizeof(probe_fns) / sizeof(probe_fns[0]);
 
 _Static_assert(sizeof(probe_fns) / sizeof(probe_fns[0]) <= 256, "function id is 8 bits");
+_Static_assert(FQ_K_GROUP_END <= 0xf, "kind is 4 bits");
 
 uint64_t probe_cookie(size_t i)
 {

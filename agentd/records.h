@@ -21,6 +21,8 @@ enum rec_kind {
 	REC_OFFCPU,
 	REC_TCP,
 	REC_IB,
+	REC_GROUP,
+	REC_KIND_MAX = REC_GROUP,
 };
 
 struct rec_process {
@@ -80,6 +82,10 @@ struct rec_ib {
 	int64_t value, delta;
 };
 
+struct rec_group {
+	int64_t ts_ns, dur_ns, end_dur_ns, pid, tid, ncalls, ret;
+};
+
 struct rec {
 	int kind; /* enum rec_kind */
 	union {
@@ -91,6 +97,7 @@ struct rec {
 		struct rec_offcpu offcpu;
 		struct rec_tcp tcp;
 		struct rec_ib ib;
+		struct rec_group group;
 	} u;
 };
 

@@ -100,6 +100,7 @@ enum {
 	ST_OFFCPU,
 	ST_TCP,
 	ST_IB,
+	ST_GROUP,
 	ST_MAX
 };
 
@@ -143,11 +144,13 @@ static const char *const stmt_sql[ST_MAX] = {
 		   "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 	[ST_IB] = "INSERT INTO ib_counters (ts_ns, device, port, counter, value, delta) "
 		  "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+	[ST_GROUP] = "INSERT INTO nccl_groups (ts_ns, dur_ns, end_dur_ns, pid, tid, ncalls, ret) "
+		     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 };
 
 /* Tables with an index on ts_ns: retention deletes from these by time. */
 static const char *const ts_tables[] = {
-	"collectives", "cuda_calls", "offcpu", "tcp_retransmits", "ib_counters",
+	"collectives", "cuda_calls", "offcpu", "tcp_retransmits", "ib_counters", "nccl_groups",
 };
 #define N_TS_TABLES (sizeof(ts_tables) / sizeof(ts_tables[0]))
 
@@ -290,6 +293,8 @@ static int rec_strings(struct rec *r, const char **f[4])
 		f[0] = &r->u.ib.device;
 		f[1] = &r->u.ib.counter;
 		return 2;
+	case REC_GROUP:
+		return 0;
 	default:
 		return -1;
 	}
@@ -304,7 +309,7 @@ int store_put(struct store *s, const struct rec *r)
 	char *dst;
 	int i, n;
 
-	if (r->kind < REC_PROCESS || r->kind > REC_IB)
+	if (r->kind < REC_PROCESS || r->kind > REC_KIND_MAX)
 		return -EINVAL;
 
 	pos = atomic_load_explicit(&s->tail, memory_order_relaxed);
@@ -388,6 +393,20 @@ static inline void bind_text(sqlite3_stmt *st, int i, const char *v)
 static inline void bind_hash(sqlite3_stmt *st, int i, const char *v)
 {
 	bind_text(st, i, v[0] ? v : NULL);
+}
+
+static sqlite3_stmt *bind_group(struct store *s, const struct rec_group *g)
+{
+	sqlite3_stmt *st = s->st[ST_GROUP];
+
+	bind_i64(st, 1, g->ts_ns);
+	bind_i64(st, 2, g->dur_ns);
+	bind_i64(st, 3, g->end_dur_ns);
+	bind_i64(st, 4, g->pid);
+	bind_i64(st, 5, g->tid);
+	bind_i64(st, 6, g->ncalls);
+	bind_i64(st, 7, g->ret);
+	return st;
 }
 
 /* Binds r to its statement; returns the statement. */
@@ -515,6 +534,8 @@ static sqlite3_stmt *bind_rec(struct store *s, const struct rec *r)
 		bind_i64(st, 6, b->delta);
 		return st;
 	}
+	case REC_GROUP:
+		return bind_group(s, &r->u.group);
 	}
 	return NULL; /* store_put refuses other kinds */
 }

@@ -51,12 +51,24 @@
 
 /*
  * The ring buffer's data pages are mapped twice into agentd (so records can wrap) and the
- * kernel maps them all at mmap time: it costs 2x this in RSS from the start. 4 MiB holds
- * ~35k call events, ~175 ms of 200k events/s should the poll thread fall behind; events
- * beyond that show up in meta ring_drops (FQ_RING_BYTES raises it).
+ * kernel maps them all at mmap time: it costs 2x this in RSS from the start. 1 MiB holds
+ * ~10k call events, ~50 ms of 200k events/s: the reader is woken at 1/8 full, so drops
+ * need it kept off a CPU for ~45 ms at that rate. Events beyond that show up in meta
+ * ring_drops (FQ_RING_BYTES raises it; a power of two, at least a page).
  */
-#define DEFAULT_RING_BYTES (4u << 20)
+#define DEFAULT_RING_BYTES (1u << 20)
 #define DEFAULT_MIN_OFFCPU_NS 10000
+/*
+ * Records go into the ring without waking the reader, which drains it every POLL_MS (backing
+ * off to IDLE_POLL_MS while nothing comes); a record that takes the unread data past a
+ * multiple of 1/WAKEUP_DIV of the ring wakes it early, and exec/exit/cgroup-move records
+ * always do. Waking the reader per
+ * record cost the traced thread an irq_work (a self-IPI: a VM exit here) and a context
+ * switch on nearly every call. FQ_RING_WAKEUP=0 brings that back.
+ */
+#define POLL_MS 10
+#define IDLE_POLL_MS 100
+#define WAKEUP_DIV 8
 #define COMM_BUCKETS 1024
 #define PROC_BUCKETS 1024
 #define EXEC_PENDING 256
@@ -94,6 +106,7 @@ struct tracer {
 	int ib_interval_s, verbose;
 	unsigned int sets;
 	uint32_t ring_bytes;
+	uint32_t wakeup_bytes; /* 0: a wakeup per record (the ring buffer's default) */
 	uint64_t min_offcpu_ns;
 
 	struct store *store;
@@ -626,6 +639,23 @@ static int on_event(void *ctx, void *data, size_t len)
 		if (len >= sizeof(struct fq_ev_tcp))
 			on_tcp(t, data);
 		break;
+	case FQ_EV_GROUP:
+		if (len >= sizeof(struct fq_ev_group)) {
+			const struct fq_ev_group *e = data;
+			struct rec r = { .kind = REC_GROUP };
+
+			r.u.group = (struct rec_group){
+				.ts_ns = (int64_t)e->h.ts - t->clock_off,
+				.dur_ns = (int64_t)e->dur,
+				.end_dur_ns = (int64_t)e->end_dur,
+				.pid = e->h.pid,
+				.tid = e->h.tid,
+				.ncalls = e->ncalls,
+				.ret = e->ret,
+			};
+			store_put(t->store, &r);
+		}
+		break;
 	case FQ_EV_EXEC:
 	case FQ_EV_CGMOVE:
 		if (len >= sizeof(struct fq_ev_proc))
@@ -720,6 +750,14 @@ static int attach_file(struct tracer *t, const char *path)
 			in = t->skel->progs.destroy_entry;
 			out = NULL;
 			break;
+		case FQ_K_GROUP_START:
+			in = t->skel->progs.group_start;
+			out = NULL;
+			break;
+		case FQ_K_GROUP_END:
+			in = t->skel->progs.group_end_entry;
+			out = t->skel->progs.group_end_return;
+			break;
 		default:
 			in = t->skel->progs.cuda_entry;
 			out = t->skel->progs.cuda_return;
@@ -760,14 +798,23 @@ static void proc_found(void *arg, int pid)
 static void *poll_main(void *arg)
 {
 	struct tracer *t = arg;
+	int ms = t->wakeup_bytes ? POLL_MS : IDLE_POLL_MS;
 
 	while (!atomic_load(&t->stop)) {
-		int n = ring_buffer__poll(t->rb, 100);
+		int n = ring_buffer__poll(t->rb, ms);
 
+		/*
+		 * Records submitted without a wakeup do not make the ring ready for epoll:
+		 * a poll that timed out found nothing, so take what is there now.
+		 */
+		if (n == 0 && t->wakeup_bytes)
+			n = ring_buffer__consume(t->rb);
 		if (n < 0 && n != -EINTR) {
 			tlog("ring buffer poll failed: %s", strerror(-n));
 			break;
 		}
+		if (t->wakeup_bytes)
+			ms = n > 0 ? POLL_MS : (ms * 2 < IDLE_POLL_MS ? ms * 2 : IDLE_POLL_MS);
 	}
 	return NULL;
 }
@@ -970,6 +1017,7 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	t->ib_interval_s = o->ib_interval_s;
 	t->verbose = o->verbose;
 	t->ring_bytes = (uint32_t)parse_env_u64("FQ_RING_BYTES", DEFAULT_RING_BYTES);
+	t->wakeup_bytes = (uint32_t)parse_env_u64("FQ_RING_WAKEUP", t->ring_bytes / WAKEUP_DIV);
 	t->min_offcpu_ns = (uint64_t)parse_env_u64("FQ_MIN_OFFCPU_NS", DEFAULT_MIN_OFFCPU_NS);
 
 	if (!t->db_path) {
@@ -1008,6 +1056,7 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	t->skel->rodata->scoped = t->cg_fd >= 0;
 	t->skel->rodata->min_offcpu_ns = t->min_offcpu_ns;
 	t->skel->rodata->trace_sched = !!(t->sets & PROBE_SCHED);
+	t->skel->rodata->wakeup_bytes = t->wakeup_bytes;
 	bpf_map__set_max_entries(t->skel->maps.events, t->ring_bytes);
 	bpf_program__set_autoload(t->skel->progs.sched_switch, !!(t->sets & PROBE_SCHED));
 	bpf_program__set_autoload(t->skel->progs.tcp_retransmit, !!(t->sets & PROBE_TCP));
@@ -1116,6 +1165,7 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	store_set_meta_int(t->store, "probe_cost_endbr64_ns",
 			   cost_endbr >= 0 ? cost_endbr : REC_NULL);
 	store_set_meta_int(t->store, "ring_buffer_bytes", t->ring_bytes);
+	store_set_meta_int(t->store, "ring_wakeup_bytes", t->wakeup_bytes);
 	store_set_meta_int(t->store, "min_offcpu_ns", (int64_t)t->min_offcpu_ns);
 	store_set_meta_text(t->store, "trace_scope", scope_dir ? scope_dir : "host");
 	store_set_meta_text(t->store, "seq_semantics",

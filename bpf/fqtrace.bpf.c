@@ -22,6 +22,14 @@ const volatile bool scoped = false;       /* only tasks under scope_cg[0] */
 const volatile bool use_tai = false;      /* bpf_ktime_get_tai_ns() exists */
 const volatile uint64_t min_offcpu_ns = 10000;
 const volatile bool trace_sched = true;
+/*
+ * Reader wakeups. 0: the ring buffer's own policy (wake the reader whenever it may have
+ * emptied the ring: nearly every record when the reader keeps up). Else records are
+ * submitted without a wakeup and the reader drains on a timer; a record that takes the
+ * unread data past a multiple of this many bytes forces one, and events that start
+ * discovery always do.
+ */
+const volatile uint64_t wakeup_bytes = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -51,7 +59,7 @@ struct {
 } traced SEC(".maps");
 
 struct inflight {
-	uint64_t ts;
+	uint64_t ts; /* entry time; 0: not in a call */
 	uint64_t cookie;
 	uint64_t comm;
 	uint64_t count;
@@ -63,19 +71,28 @@ struct inflight {
 	uint32_t depth; /* nested probed calls on the same thread: only the outermost counts */
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, uint64_t); /* pid_tgid */
-	__type(value, struct inflight);
-} nccl_calls SEC(".maps");
+/*
+ * Per-thread state of the probed calls, kept with the task (freed when it exits): no hash
+ * lookup, insert or delete on the hot path. A thread has it once one of its calls passed
+ * want_current(). NCCL and CUDA calls nest (a collective launches a kernel): one slot each.
+ */
+struct thread_state {
+	struct inflight call[2]; /* CALL_NCCL, CALL_CUDA */
+	uint64_t group_ts;       /* outermost ncclGroupStart entry */
+	uint64_t group_end_ts;   /* outermost ncclGroupEnd entry, 0: not in it */
+	uint32_t group_depth;    /* ncclGroupStart calls not yet ended */
+	uint32_t group_ncalls;   /* collectives and p2p calls issued in the open group */
+};
+
+#define CALL_NCCL 0
+#define CALL_CUDA 1
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, uint64_t);
-	__type(value, struct inflight);
-} cuda_calls SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_state);
+} threads SEC(".maps");
 
 struct init_args {
 	uint64_t ts;
@@ -144,6 +161,34 @@ static __always_inline void *reserve(uint64_t size)
 	return e;
 }
 
+/* Bytes a record of size n takes in the ring: an 8-byte header, rounded up to 8. */
+#define RB_SPACE(n) (((n) + 8 + 7) & ~7ULL)
+
+/*
+ * Hands a record of the hot paths (calls, off-CPU, tcp) to the reader: see wakeup_bytes.
+ * The reader is woken when this record takes the unread data past a multiple of
+ * wakeup_bytes, not on every record above it: a reader that lags (no CPU free for it)
+ * would otherwise cost every traced call an irq_work and its self-IPI until it caught up.
+ * space is the record's RB_SPACE().
+ */
+static __always_inline void submit(void *e, uint64_t space)
+{
+	uint64_t flags = 0, avail;
+
+	if (wakeup_bytes) {
+		avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+		flags = avail >= space && avail / wakeup_bytes != (avail - space) / wakeup_bytes ?
+				BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	}
+	bpf_ringbuf_submit(e, flags);
+}
+
+/* A record user space acts on at once (exec, exit, cgroup move: discovery). */
+static __always_inline void submit_now(void *e)
+{
+	bpf_ringbuf_submit(e, wakeup_bytes ? BPF_RB_FORCE_WAKEUP : 0);
+}
+
 static __always_inline void fill_hdr(struct fq_ev_hdr *h, uint32_t type, uint64_t pid_tgid,
 				     uint32_t fn, uint64_t ts)
 {
@@ -208,60 +253,70 @@ static __always_inline uint64_t oncpu_now(uint32_t tid, uint64_t ts)
 	return a->total;
 }
 
-static __always_inline int call_entry(struct pt_regs *ctx, void *map, bool nccl)
+/* The calling thread's state if its process is traced (created on its first call), or NULL. */
+static __always_inline struct thread_state *thread_get(uint64_t ck, uint64_t id)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct thread_state *s = bpf_task_storage_get(&threads, task, 0, 0);
+
+	if (s)
+		return s;
+	if (FQ_CK_KIND(ck) != FQ_K_CALIB && !want_current(id >> 32))
+		return NULL;
+	return bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+static __always_inline int call_entry(struct pt_regs *ctx, unsigned int slot)
 {
 	uint64_t ck = bpf_get_attach_cookie(ctx);
 	uint64_t id = bpf_get_current_pid_tgid();
-	struct inflight *f, n = {};
+	struct thread_state *s = thread_get(ck, id);
+	struct inflight *f;
 	unsigned int p;
 
-	if (FQ_CK_KIND(ck) != FQ_K_CALIB && !want_current(id >> 32))
+	if (!s)
 		return 0;
-	f = bpf_map_lookup_elem(map, &id);
-	if (f) {
+	f = &s->call[slot];
+	if (f->ts) {
 		f->depth++;
 		return 0;
 	}
-	n.cookie = ck;
-	n.peer = -1;
-	n.dtype = -1;
-	n.redop = -1;
-	if ((p = FQ_CK_POS(ck, FQ_CK_COMM)))
-		n.comm = arg_at(ctx, p);
-	if ((p = FQ_CK_POS(ck, FQ_CK_COUNT)))
-		n.count = arg_at(ctx, p);
-	if ((p = FQ_CK_POS(ck, FQ_CK_DTYPE)))
-		n.dtype = (int32_t)arg_at(ctx, p);
-	if ((p = FQ_CK_POS(ck, FQ_CK_REDOP)))
-		n.redop = (int32_t)arg_at(ctx, p);
-	if ((p = FQ_CK_POS(ck, FQ_CK_PEER)))
-		n.peer = (int32_t)arg_at(ctx, p);
-	if ((p = FQ_CK_POS(ck, FQ_CK_STREAM)))
-		n.stream = arg_at(ctx, p);
-	n.ts = now_ns();
-	if (nccl && trace_sched)
-		n.oncpu = oncpu_now((uint32_t)id, n.ts);
-	bpf_map_update_elem(map, &id, &n, BPF_ANY);
+	f->cookie = ck;
+	f->depth = 0;
+	f->comm = (p = FQ_CK_POS(ck, FQ_CK_COMM)) ? arg_at(ctx, p) : 0;
+	f->count = (p = FQ_CK_POS(ck, FQ_CK_COUNT)) ? arg_at(ctx, p) : 0;
+	f->dtype = (p = FQ_CK_POS(ck, FQ_CK_DTYPE)) ? (int32_t)arg_at(ctx, p) : -1;
+	f->redop = (p = FQ_CK_POS(ck, FQ_CK_REDOP)) ? (int32_t)arg_at(ctx, p) : -1;
+	f->peer = (p = FQ_CK_POS(ck, FQ_CK_PEER)) ? (int32_t)arg_at(ctx, p) : -1;
+	f->stream = (p = FQ_CK_POS(ck, FQ_CK_STREAM)) ? arg_at(ctx, p) : 0;
+	f->ts = now_ns();
+	f->oncpu = slot == CALL_NCCL && trace_sched ? oncpu_now((uint32_t)id, f->ts) : 0;
 	return 0;
 }
 
-static __always_inline int call_return(struct pt_regs *ctx, void *map, uint32_t type)
+static __always_inline int call_return(struct pt_regs *ctx, unsigned int slot, uint32_t type)
 {
-	uint64_t id = bpf_get_current_pid_tgid();
-	struct inflight *f = bpf_map_lookup_elem(map, &id);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct thread_state *s = bpf_task_storage_get(&threads, task, 0, 0);
 	struct fq_ev_call *e;
+	struct inflight *f;
 	uint64_t ts;
 
-	if (!f)
+	if (!s)
+		return 0;
+	f = &s->call[slot];
+	if (!f->ts)
 		return 0;
 	if (f->depth) {
 		f->depth--;
 		return 0;
 	}
 	ts = now_ns();
+	if (slot == CALL_NCCL && s->group_depth)
+		s->group_ncalls++;
 	e = reserve(sizeof(*e));
 	if (e) {
-		fill_hdr(&e->h, type, id, FQ_CK_FN(f->cookie), f->ts);
+		fill_hdr(&e->h, type, bpf_get_current_pid_tgid(), FQ_CK_FN(f->cookie), f->ts);
 		e->dur = ts - f->ts;
 		e->comm = f->comm;
 		e->count = f->count;
@@ -272,34 +327,34 @@ static __always_inline int call_return(struct pt_regs *ctx, void *map, uint32_t 
 		e->redop = f->redop;
 		e->peer = f->peer;
 		e->kind = FQ_CK_KIND(f->cookie);
-		bpf_ringbuf_submit(e, 0);
+		submit(e, RB_SPACE(sizeof(*e)));
 	}
-	bpf_map_delete_elem(map, &id);
+	f->ts = 0;
 	return 0;
 }
 
 SEC("uprobe")
 int BPF_KPROBE(nccl_entry)
 {
-	return call_entry(ctx, &nccl_calls, true);
+	return call_entry(ctx, CALL_NCCL);
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(nccl_return)
 {
-	return call_return(ctx, &nccl_calls, FQ_EV_COLL);
+	return call_return(ctx, CALL_NCCL, FQ_EV_COLL);
 }
 
 SEC("uprobe")
 int BPF_KPROBE(cuda_entry)
 {
-	return call_entry(ctx, &cuda_calls, false);
+	return call_entry(ctx, CALL_CUDA);
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(cuda_return)
 {
-	return call_return(ctx, &cuda_calls, FQ_EV_CUDA);
+	return call_return(ctx, CALL_CUDA, FQ_EV_CUDA);
 }
 
 SEC("uprobe")
@@ -392,7 +447,7 @@ int BPF_KRETPROBE(init_return)
 		e->has_id = f->has_id;
 		e->pad = 0;
 		__builtin_memcpy(e->id, f->id, sizeof(e->id));
-		bpf_ringbuf_submit(e, 0);
+		submit(e, RB_SPACE(sizeof(*e)));
 	}
 	bpf_map_delete_elem(&inits, &id);
 	return 0;
@@ -412,7 +467,62 @@ int BPF_KPROBE(destroy_entry, uint64_t comm)
 		return 0;
 	fill_hdr(&e->h, FQ_EV_COMM_DESTROY, id, FQ_CK_FN(ck), now_ns());
 	e->comm = comm;
-	bpf_ringbuf_submit(e, 0);
+	submit(e, RB_SPACE(sizeof(*e)));
+	return 0;
+}
+
+/*
+ * NCCL groups: per thread, like NCCL's own group depth. Nested groups are one group; the
+ * calls issued inside are counted in call_return and launched by the last ncclGroupEnd.
+ * A group whose start was missed (tracing began inside it) is not reported.
+ */
+SEC("uprobe")
+int BPF_KPROBE(group_start)
+{
+	struct thread_state *s = thread_get(bpf_get_attach_cookie(ctx), bpf_get_current_pid_tgid());
+
+	if (!s)
+		return 0;
+	if (!s->group_depth++) {
+		s->group_ts = now_ns();
+		s->group_end_ts = 0;
+		s->group_ncalls = 0;
+	}
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(group_end_entry)
+{
+	struct thread_state *s = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+
+	if (s && s->group_depth == 1)
+		s->group_end_ts = now_ns();
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(group_end_return)
+{
+	struct thread_state *s = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	struct fq_ev_group *e;
+	uint64_t ts;
+
+	if (!s || !s->group_depth || --s->group_depth || !s->group_end_ts)
+		return 0;
+	ts = now_ns();
+	e = reserve(sizeof(*e));
+	if (e) {
+		fill_hdr(&e->h, FQ_EV_GROUP, bpf_get_current_pid_tgid(),
+			 FQ_CK_FN(bpf_get_attach_cookie(ctx)), s->group_ts);
+		e->dur = ts - s->group_ts;
+		e->end_dur = ts - s->group_end_ts;
+		e->ret = (int32_t)PT_REGS_RC(ctx);
+		e->ncalls = s->group_ncalls;
+		e->pad = 0;
+		submit(e, RB_SPACE(sizeof(*e)));
+	}
+	s->group_end_ts = 0;
 	return 0;
 }
 
@@ -467,7 +577,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 					e->dur = dur;
 					e->preempted = s->preempted;
 					e->pad = 0;
-					bpf_ringbuf_submit(e, 0);
+					submit(e, RB_SPACE(sizeof(*e)));
 				}
 			}
 			bpf_map_delete_elem(&offstart, &npid);
@@ -486,7 +596,7 @@ static __always_inline void emit_proc(uint32_t type, uint64_t id, struct task_st
 	fill_hdr(&e->h, type, id, 0, now_ns());
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	e->exit_code = 0;
-	bpf_ringbuf_submit(e, 0);
+	submit_now(e);
 }
 
 SEC("tp_btf/sched_process_exec")
@@ -526,8 +636,6 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 
 	bpf_map_delete_elem(&oncpu, &pid);
 	bpf_map_delete_elem(&offstart, &pid);
-	bpf_map_delete_elem(&nccl_calls, &id);
-	bpf_map_delete_elem(&cuda_calls, &id);
 	bpf_map_delete_elem(&inits, &id);
 	if (!bpf_map_lookup_elem(&traced, &tgid))
 		return 0;
@@ -545,7 +653,7 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 	fill_hdr(&e->h, FQ_EV_EXIT, id, 0, now_ns());
 	e->ppid = BPF_CORE_READ(p, real_parent, tgid);
 	e->exit_code = code;
-	bpf_ringbuf_submit(e, 0);
+	submit_now(e);
 	return 0;
 }
 
@@ -582,7 +690,7 @@ int BPF_PROG(tcp_retransmit, const struct sock *sk)
 		bpf_core_read(e->saddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
 		bpf_core_read(e->daddr, 16, &sk->__sk_common.skc_v6_daddr);
 	}
-	bpf_ringbuf_submit(e, 0);
+	submit(e, RB_SPACE(sizeof(*e)));
 	return 0;
 }
 

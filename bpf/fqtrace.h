@@ -31,6 +31,7 @@ enum fq_ev_type {
 	FQ_EV_EXEC,
 	FQ_EV_EXIT,
 	FQ_EV_CGMOVE, /* a process moved to another cgroup (fq_ev_proc) */
+	FQ_EV_GROUP,  /* an NCCL group ended (fq_ev_group) */
 };
 
 enum fq_kind {
@@ -47,6 +48,8 @@ enum fq_kind {
 	FQ_K_MALLOC,
 	FQ_K_FREE,
 	FQ_K_CALIB, /* start-up cost measurement: full work, event discarded */
+	FQ_K_GROUP_START, /* ncclGroupStart */
+	FQ_K_GROUP_END,   /* ncclGroupEnd: 15, the last kind the cookie's 4 bits hold */
 };
 
 #define FQ_CK_FN(c) ((unsigned)((c) & 0xff))
@@ -96,6 +99,19 @@ struct fq_ev_comm {
 	uint32_t has_id;  /* id[] holds the ncclUniqueId */
 	uint32_t pad;
 	uint8_t id[FQ_UNIQUE_ID_BYTES];
+};
+
+/*
+ * One NCCL group on a thread: from its outermost ncclGroupStart to the return of the
+ * ncclGroupEnd that closed it, where NCCL launches what was issued inside.
+ */
+struct fq_ev_group {
+	struct fq_ev_hdr h; /* ts: outermost ncclGroupStart entry; fn: ncclGroupEnd */
+	uint64_t dur;       /* to the closing ncclGroupEnd's return */
+	uint64_t end_dur;   /* the closing ncclGroupEnd call alone */
+	int64_t ret;        /* its ncclResult_t */
+	uint32_t ncalls;    /* collectives and p2p calls issued inside */
+	uint32_t pad;
 };
 
 struct fq_ev_destroy {

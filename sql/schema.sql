@@ -118,3 +118,16 @@ CREATE TABLE IF NOT EXISTS ib_counters (
 	delta   INTEGER           -- since the previous poll, NULL on the first
 );
 CREATE INDEX IF NOT EXISTS ib_counters_ts ON ib_counters (ts_ns);
+
+-- NCCL groups: one row per outermost ncclGroupStart ... ncclGroupEnd on a thread. Grouped
+-- calls (p2p, coalesced collectives) are only enqueued inside; ncclGroupEnd launches them.
+CREATE TABLE IF NOT EXISTS nccl_groups (
+	ts_ns      INTEGER NOT NULL, -- outermost ncclGroupStart entry
+	dur_ns     INTEGER NOT NULL, -- until the closing ncclGroupEnd returned
+	end_dur_ns INTEGER NOT NULL, -- the closing ncclGroupEnd call alone (the launch)
+	pid        INTEGER NOT NULL,
+	tid        INTEGER NOT NULL,
+	ncalls     INTEGER NOT NULL, -- collectives and p2p calls issued inside the group
+	ret        INTEGER           -- ncclGroupEnd's ncclResult_t
+);
+CREATE INDEX IF NOT EXISTS nccl_groups_ts ON nccl_groups (ts_ns);

@@ -39,6 +39,18 @@ for op in ncclAllReduce ncclAllGather ncclBroadcast ncclReduceScatter ncclSend n
 done
 check_shm_gone "$T/m.tsv"
 
+# grouped ops: one group per step holding 4 calls (a nested group among them), launched at
+# the outer ncclGroupEnd; the calls are numbered like any others
+"$FQ_WORKLOAD" --ranks 3 --steps 5 --step-us 200 --ops grouped --report "$T/g.tsv" 2>"$T/err" ||
+	fail "3-rank grouped job exited $?"
+[ "$(ops_per_rank "$T/g.tsv" ncclGroupEnd)" = "$(printf '0 5\n1 5\n2 5')" ] ||
+	fail "grouped: not 5 groups per rank: $(ops_per_rank "$T/g.tsv" ncclGroupEnd | tr '\n' ' ')"
+awk -F'\t' 'NR > 1 && $4 == "ncclGroupEnd" && $6 != 4 { bad = 1 } END { exit bad }' "$T/g.tsv" ||
+	fail "grouped: a group did not hold 4 calls"
+[ "$(ops_per_rank "$T/g.tsv" ncclAllReduce | awk '{ print $2 }' | sort -u)" = 15 ] ||
+	fail "grouped: not 3 all-reduces per step on every rank"
+check_shm_gone "$T/g.tsv"
+
 # a usage error is reported, not run
 if "$FQ_WORKLOAD" --steps 3 2>"$T/err"; then fail "missing --ranks was accepted"; fi
 grep -q 'ranks' "$T/err" || fail "usage error does not name --ranks"

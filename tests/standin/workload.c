@@ -86,6 +86,7 @@ struct opts {
 	int cgroups;
 	const char *job_id;
 	bool mixed;
+	bool grouped;
 	const char *report;
 	bool worker;
 };
@@ -107,8 +108,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: fq-workload --ranks N --steps S [--step-us U] [--kernel-us K]\n"
 		"         [--slow-rank R --slow-pct P [--slow-from STEP]] [--hang-rank R --hang-at SEQ]\n"
-		"         [--cgroup-parent DIR --cgroups K] [--job-id ID] [--ops allreduce|mixed]\n"
-		"         [--watchdog-us US] [--report FILE]\n");
+		"         [--cgroup-parent DIR --cgroups K] [--job-id ID]\n"
+		"         [--ops allreduce|mixed|grouped] [--watchdog-us US] [--report FILE]\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -197,6 +198,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'o':
 			if (!strcmp(optarg, "mixed"))
 				o->mixed = true;
+			else if (!strcmp(optarg, "grouped"))
+				o->grouped = true;
 			else if (strcmp(optarg, "allreduce"))
 				err = -EINVAL;
 			break;
@@ -294,6 +297,36 @@ static int after_op(struct worker *w, const char *op, long count, ncclResult_t r
 		before_op(w, name);                                  \
 		after_op(w, name, (long)(count), call);              \
 	})
+
+/*
+ * One group the way PyTorch issues coalesced and batched p2p work: an all-reduce, a nested
+ * group holding another, then a send/recv pair, all launched by the outer ncclGroupEnd.
+ * Reported as an "ncclGroupEnd" row: seq = the step, count = calls issued inside.
+ */
+static int grouped_step(struct worker *w, ncclComm_t comm, cudaStream_t stream, void *sendbuf,
+			void *recvbuf, int next, int prev, int step)
+{
+	uint64_t t0 = fqsi_now_ns();
+	long first = w->seq;
+	ncclResult_t r;
+
+	if ((r = ncclGroupStart()) ||
+	    OP(w, "ncclAllReduce", COUNT,
+	       ncclAllReduce(sendbuf, recvbuf, COUNT, ncclFloat32, ncclSum, comm, stream)) ||
+	    (r = ncclGroupStart()) ||
+	    OP(w, "ncclAllReduce", COUNT,
+	       ncclAllReduce(sendbuf, recvbuf, COUNT, ncclFloat32, ncclSum, comm, stream)) ||
+	    (r = ncclGroupEnd()) ||
+	    OP(w, "ncclSend", COUNT, ncclSend(sendbuf, COUNT, ncclFloat32, next, comm, stream)) ||
+	    OP(w, "ncclRecv", COUNT, ncclRecv(recvbuf, COUNT, ncclFloat32, prev, comm, stream)) ||
+	    (r = ncclGroupEnd())) {
+		fprintf(stderr, "fq-workload: rank %d: grouped calls failed: %s\n", w->rank,
+			r ? ncclGetErrorString(r) : "see above");
+		return -EIO;
+	}
+	row(w, "ncclGroupEnd", step, w->seq - first, fqsi_now_ns() - t0, NULL);
+	return 0;
+}
 
 /* Burns CPU time, not wall time, so the step costs the same however busy the box is. */
 static void spin_us(long us)
@@ -468,6 +501,8 @@ static int run_rank(const struct opts *o)
 		     OP(&w, "ncclRecv", COUNT, ncclRecv(recvbuf, COUNT, ncclFloat32, prev, comm,
 							 stream)) ||
 		     ncclGroupEnd()))
+			goto cleanup;
+		if (o->grouped && grouped_step(&w, comm, stream, sendbuf, recvbuf, next, prev, step))
 			goto cleanup;
 		cudaEventRecord(w.ev, stream);
 		t0 = fqsi_now_ns();

@@ -257,6 +257,35 @@ static void test_roundtrip(const char *dir)
 	sqlite3_close(db);
 }
 
+/* nccl_groups: every column round-trips, and retention by age covers the table */
+static void test_groups(const char *dir)
+{
+	struct store_opts o = { .node = "n", .retain_age_s = 3600 };
+	int64_t now = realtime_ns(), hour = 3600LL * 1000000000LL;
+	char path[512];
+	struct store *s;
+	struct rec r;
+	sqlite3 *db;
+
+	snprintf(path, sizeof(path), "%s/groups.db", dir);
+	s = open_store(path, &o);
+	memset(&r, 0, sizeof(r));
+	r.kind = REC_GROUP;
+	r.u.group = (struct rec_group){ .ts_ns = now, .dur_ns = 90000, .end_dur_ns = 70000,
+					.pid = 41, .tid = 42, .ncalls = 4, .ret = 7 };
+	CHECK_I64(store_put(s, &r), 0);
+	r.u.group.ts_ns = now - 2 * hour;
+	CHECK_I64(store_put(s, &r), 0);
+	CHECK_I64(store_flush(s), 0);
+	CHECK_I64(store_retain_now(s), 0);
+	store_close(s);
+	db = test_reader(path);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM nccl_groups"), 1); /* the old one retained */
+	CHECK_ROW(db, "SELECT * FROM nccl_groups", W_I(now), W_I(90000), W_I(70000), W_I(41),
+		  W_I(42), W_I(4), W_I(7));
+	sqlite3_close(db);
+}
+
 static void test_updates(const char *dir)
 {
 	struct store_opts o = { .node = "n" };
@@ -809,6 +838,7 @@ int main(void)
 	char *dir = test_tmpdir();
 
 	test_roundtrip(dir);
+	test_groups(dir);
 	test_updates(dir);
 	test_queue_full(dir);
 	test_readers(dir);
