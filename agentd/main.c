@@ -290,6 +290,7 @@ int main(int argc, char **argv)
 	sqlite3 *db = NULL;
 	int sslen;
 
+	fqsql_init_process();
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case OPT_LISTEN:

@@ -122,7 +122,46 @@ static void release_slot(struct query_pool *p)
 
 void query_pool_release(struct query_pool *p)
 {
+	for (int i = 0; i < p->nidle; i++)
+		fqsql_close(p->idle[i]);
+	p->nidle = 0;
 	pthread_mutex_destroy(&p->mu);
+}
+
+/*
+ * A read-only connection for one query: an idle one when there is one (its
+ * guard re-armed: limits, authorizer, query_only), else a new one.
+ */
+static int db_take(struct query_pool *p, const struct fqsql_limits *lim, sqlite3 **db,
+		   char **cause)
+{
+	sqlite3 *idle = NULL;
+
+	pthread_mutex_lock(&p->mu);
+	if (p->nidle)
+		idle = p->idle[--p->nidle];
+	pthread_mutex_unlock(&p->mu);
+	if (idle) {
+		if (!fqsql_rearm(idle, lim)) {
+			*db = idle;
+			return 0;
+		}
+		fqsql_close(idle);
+	}
+	return fqsql_open_readonly(p->db_path, lim, db, cause);
+}
+
+/* Keeps db for the next query when there is room; else closes it. */
+static void db_give(struct query_pool *p, sqlite3 *db)
+{
+	pthread_mutex_lock(&p->mu);
+	if (p->nidle < QUERY_IDLE_DBS) {
+		p->idle[p->nidle++] = db;
+		db = NULL;
+	}
+	pthread_mutex_unlock(&p->mu);
+	if (db)
+		fqsql_close(db);
 }
 
 int query_pool_running(struct query_pool *p)
@@ -453,7 +492,7 @@ static int run(struct query *q, struct wire_buf *b, struct result *r)
 	char *cause = NULL;
 	int rc, stop;
 
-	rc = fqsql_open_readonly(q->pool->db_path, &lim, &db, &cause);
+	rc = db_take(q->pool, &lim, &db, &cause);
 	if (rc) {
 		r->status = WIRE_E_INTERNAL;
 		set_msg(r, "%s", cause ? cause : "cannot open the trace database");
@@ -492,9 +531,16 @@ stopped:
 out:
 	pthread_mutex_lock(&q->mu);
 	q->db = NULL;
+	stop = q->stop;
 	pthread_mutex_unlock(&q->mu);
 	sqlite3_finalize(st);
-	if (db)
+	/*
+	 * Only a connection whose query ended cleanly goes back: nobody can have
+	 * interrupted it (q->db was set while stop was 0) and no transaction is open.
+	 */
+	if (db && !rc && !stop && r->status == WIRE_OK && sqlite3_get_autocommit(db))
+		db_give(q->pool, db);
+	else if (db)
 		fqsql_close(db);
 	free(cause);
 	return rc;

@@ -24,6 +24,10 @@
 
 struct event;
 struct evbuffer;
+struct sqlite3;
+
+/* Read-only connections kept open between queries (warm page cache, no re-open). */
+#define QUERY_IDLE_DBS 4
 
 /* Bounds the number of workers; shared by all connections of a server. */
 struct query_pool {
@@ -39,6 +43,9 @@ struct query_pool {
 	 * loopback only); peers without a port get relay_port. */
 	const char *relay_ca, *relay_cert, *relay_key;
 	int relay_port;
+	/* Idle read-only connections, under mu; query_pool_release() closes them. */
+	struct sqlite3 *idle[QUERY_IDLE_DBS];
+	int nidle;
 };
 
 int query_pool_init(struct query_pool *p, int max);

@@ -20,6 +20,7 @@
 #include "coverage.h"
 #include "fanout.h"
 #include "gate.h"
+#include "fqsql.h"
 #include "hostlist.h"
 #include "merge.h"
 #include "output.h"
@@ -1029,6 +1030,7 @@ int main(int argc, char **argv)
 	size_t npos = 0;
 	int ret, cmd = CMD_QUERY, first, named = 0;
 
+	fqsql_init_process();
 	config_init(&q.flags);
 	/* Global options first, up to the subcommand or the SQL. */
 	ret = parse_args(argc, argv, &q, -1, &pos, &npos);
