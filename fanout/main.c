@@ -91,7 +91,7 @@ static const char usage_text[] =
 	"  --job ID                 only processes of this job (SLURM_JOB_ID)\n"
 	"  --comm HASH              only this communicator (16 hex digits)\n"
 	"  --max-seqs N             per communicator, only its newest N sequence numbers inside\n"
-	"                           the window (default 10000; 0 = no bound): bounds what each\n"
+	"                           the window (default 1000; 0 = no bound): bounds what each\n"
 	"                           node reads, whatever --since says\n"
 	"  --threshold Z            robust z-score that counts as deviant (default 3.5)\n"
 	"  --all                    every rank (stragglers) or every counter (netcheck)\n"
@@ -259,9 +259,10 @@ static unsigned opt_cmds(int c)
 /*
  * Per communicator, the newest sequence numbers an analysis reads by default:
  * an incident run never reads a whole trace (a window costs ~10 us per
- * collective on the node), yet 10000 steps cover minutes of any real job.
+ * collective on the node and a few us per row in the merge), yet 1000 steps
+ * give every rank's medians plenty of samples.
  */
-#define DEFAULT_MAX_SEQS 10000
+#define DEFAULT_MAX_SEQS 1000
 
 struct query_opts {
 	struct fq_config flags;

@@ -22,7 +22,7 @@ grep -q "^--   :since_ns = [0-9]* (coordinator clock now minus the window" "$T/o
 grep -q "^--   :threshold = 2.5$" "$T/out" || fail "threshold"
 grep -q "^--   :job = '42'$" "$T/out" || fail "job"
 grep -q "^--   :comm = '00112233aabbccdd'$" "$T/out" || fail "comm, lowercased"
-grep -q "^--   :max_seqs = 10000 (per communicator" "$T/out" || fail "max_seqs default"
+grep -q "^--   :max_seqs = 1000 (per communicator" "$T/out" || fail "max_seqs default"
 "$FLEETQ" stragglers --show-sql --max-seqs 512 >"$T/out" 2>&1 || fail "--max-seqs 512"
 grep -q "^--   :max_seqs = 512 (" "$T/out" || fail "--max-seqs 512 not bound"
 "$FLEETQ" netcheck --show-sql --max-seqs 0 >"$T/out" 2>&1 || fail "--max-seqs 0"
