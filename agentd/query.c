@@ -120,10 +120,19 @@ static void release_slot(struct query_pool *p)
 	pthread_mutex_unlock(&p->mu);
 }
 
+static void qdb_close(struct query_db *d)
+{
+	sqlite3_finalize(d->st);
+	free(d->sql);
+	if (d->db)
+		fqsql_close(d->db);
+	memset(d, 0, sizeof(*d));
+}
+
 void query_pool_release(struct query_pool *p)
 {
 	for (int i = 0; i < p->nidle; i++)
-		fqsql_close(p->idle[i]);
+		qdb_close(&p->idle[i]);
 	p->nidle = 0;
 	pthread_mutex_destroy(&p->mu);
 }
@@ -132,36 +141,32 @@ void query_pool_release(struct query_pool *p)
  * A read-only connection for one query: an idle one when there is one (its
  * guard re-armed: limits, authorizer, query_only), else a new one.
  */
-static int db_take(struct query_pool *p, const struct fqsql_limits *lim, sqlite3 **db,
+static int db_take(struct query_pool *p, const struct fqsql_limits *lim, struct query_db *d,
 		   char **cause)
 {
-	sqlite3 *idle = NULL;
-
+	memset(d, 0, sizeof(*d));
 	pthread_mutex_lock(&p->mu);
 	if (p->nidle)
-		idle = p->idle[--p->nidle];
+		*d = p->idle[--p->nidle];
 	pthread_mutex_unlock(&p->mu);
-	if (idle) {
-		if (!fqsql_rearm(idle, lim)) {
-			*db = idle;
+	if (d->db) {
+		if (!fqsql_rearm(d->db, lim))
 			return 0;
-		}
-		fqsql_close(idle);
+		qdb_close(d);
 	}
-	return fqsql_open_readonly(p->db_path, lim, db, cause);
+	return fqsql_open_readonly(p->db_path, lim, &d->db, cause);
 }
 
-/* Keeps db for the next query when there is room; else closes it. */
-static void db_give(struct query_pool *p, sqlite3 *db)
+/* Keeps d for the next query when there is room; else closes it. */
+static void db_give(struct query_pool *p, struct query_db *d)
 {
 	pthread_mutex_lock(&p->mu);
 	if (p->nidle < QUERY_IDLE_DBS) {
-		p->idle[p->nidle++] = db;
-		db = NULL;
+		p->idle[p->nidle++] = *d;
+		memset(d, 0, sizeof(*d));
 	}
 	pthread_mutex_unlock(&p->mu);
-	if (db)
-		fqsql_close(db);
+	qdb_close(d);
 }
 
 int query_pool_running(struct query_pool *p)
@@ -487,12 +492,14 @@ out:
 static int run(struct query *q, struct wire_buf *b, struct result *r)
 {
 	struct fqsql_limits lim = { .max_length = QUERY_VALUE_MAX };
+	struct query_db qd;
 	sqlite3_stmt *st = NULL;
 	sqlite3 *db = NULL;
 	char *cause = NULL;
-	int rc, stop;
+	int rc, stop, keep;
 
-	rc = db_take(q->pool, &lim, &db, &cause);
+	rc = db_take(q->pool, &lim, &qd, &cause);
+	db = qd.db;
 	if (rc) {
 		r->status = WIRE_E_INTERNAL;
 		set_msg(r, "%s", cause ? cause : "cannot open the trace database");
@@ -505,7 +512,22 @@ static int run(struct query *q, struct wire_buf *b, struct result *r)
 	if (stop)
 		goto stopped;
 	fqsql_set_deadline(db, q->deadline_ns);
-	rc = fqsql_prepare(db, q->sql, &st, &cause);
+	/*
+	 * The connection's last statement when the SQL is the same: prepared
+	 * behind this guard (authorizer, one read-only statement), and SQLite
+	 * prepares it again, authorizer included, if the schema changed.
+	 */
+	if (qd.st && !strcmp(qd.sql, q->sql)) {
+		st = qd.st;
+		qd.st = NULL;
+		rc = 0;
+	} else {
+		sqlite3_finalize(qd.st);
+		qd.st = NULL;
+		rc = fqsql_prepare(db, q->sql, &st, &cause);
+	}
+	free(qd.sql);
+	qd.sql = NULL;
 	if (rc) {
 		r->status = rc == -EACCES   ? WIRE_E_DENIED
 			    : rc == -ENOMEM ? WIRE_E_MEMORY
@@ -533,15 +555,27 @@ out:
 	q->db = NULL;
 	stop = q->stop;
 	pthread_mutex_unlock(&q->mu);
-	sqlite3_finalize(st);
 	/*
 	 * Only a connection whose query ended cleanly goes back: nobody can have
-	 * interrupted it (q->db was set while stop was 0) and no transaction is open.
+	 * interrupted it (q->db was set while stop was 0) and no transaction is
+	 * open once its statement is reset (a statement left mid-step would pin
+	 * its read snapshot).
 	 */
-	if (db && !rc && !stop && r->status == WIRE_OK && sqlite3_get_autocommit(db))
-		db_give(q->pool, db);
-	else if (db)
-		fqsql_close(db);
+	keep = db && !rc && !stop && r->status == WIRE_OK;
+	if (st && (sqlite3_reset(st) != SQLITE_OK || sqlite3_clear_bindings(st) != SQLITE_OK))
+		keep = 0;
+	if (keep && sqlite3_get_autocommit(db)) {
+		qd.st = st;
+		qd.sql = st ? strdup(q->sql) : NULL;
+		if (!qd.sql) {
+			sqlite3_finalize(qd.st);
+			qd.st = NULL;
+		}
+		db_give(q->pool, &qd);
+	} else {
+		sqlite3_finalize(st);
+		qdb_close(&qd);
+	}
 	free(cause);
 	return rc;
 }

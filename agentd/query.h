@@ -25,9 +25,20 @@
 struct event;
 struct evbuffer;
 struct sqlite3;
+struct sqlite3_stmt;
 
-/* Read-only connections kept open between queries (warm page cache, no re-open). */
+/*
+ * Read-only connections kept open between queries (warm page cache, no
+ * re-open), each with its last statement, reset, for the same SQL next time
+ * (a fleet asks every agent the same analysis again and again; preparing it
+ * costs more than running it on a small window).
+ */
 #define QUERY_IDLE_DBS 4
+struct query_db {
+	struct sqlite3 *db;
+	struct sqlite3_stmt *st; /* NULL, or prepared from sql and reset */
+	char *sql;
+};
 
 /* Bounds the number of workers; shared by all connections of a server. */
 struct query_pool {
@@ -44,7 +55,7 @@ struct query_pool {
 	const char *relay_ca, *relay_cert, *relay_key;
 	int relay_port;
 	/* Idle read-only connections, under mu; query_pool_release() closes them. */
-	struct sqlite3 *idle[QUERY_IDLE_DBS];
+	struct query_db idle[QUERY_IDLE_DBS];
 	int nidle;
 };
 

@@ -68,7 +68,8 @@ int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite
  * Makes a connection from fqsql_open_readonly() ready for its next query, as
  * if just opened: limits (lim as for open), defensive mode, query_only, the
  * authorizer and no deadline. For a caller that keeps connections between
- * queries; it must not hold a transaction open (0 statements active).
+ * queries. Statements it keeps must be reset: with one mid-step (a read
+ * transaction open) this fails.
  * Returns 0, or -errno: then close db and open a new one.
  */
 int fqsql_rearm(sqlite3 *db, const struct fqsql_limits *lim);

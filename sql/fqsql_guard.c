@@ -404,8 +404,11 @@ int fqsql_rearm(sqlite3 *db, const struct fqsql_limits *lim)
 	struct fqsql_state *s = state_find(db);
 	int on = 1, off = 0, rc;
 
-	if (!s || !s->guarded || !sqlite3_get_autocommit(db) || sqlite3_next_stmt(db, NULL))
+	if (!s || !s->guarded || !sqlite3_get_autocommit(db))
 		return -EINVAL;
+	for (sqlite3_stmt *st = sqlite3_next_stmt(db, NULL); st; st = sqlite3_next_stmt(db, st))
+		if (sqlite3_stmt_busy(st))
+			return -EINVAL;
 	if (sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, on, NULL) != SQLITE_OK ||
 	    sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, off, NULL) !=
 		    SQLITE_OK ||
