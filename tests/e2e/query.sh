@@ -140,13 +140,15 @@ expect_rc 0 "SLURM_JOB_NODELIST"
 # prepares again), and a query the guard refuses leaves the next one working.
 C="SELECT count(*) FROM collectives"
 n=$(sqlite3 "$T/n3.db" "$C")
-for step in 1 2 3; do
+for step in 1 2 3 4; do
 	fq -q -w "$H3" --format tsv "$C"
 	expect_rc 0 "repeated query, step $step"
 	[ "$(tail -n 1 "$T/out")" = "$H3	$n" ] || fail "step $step: '$(cat "$T/out")', want $n"
 	sqlite3 "$T/n3.db" "INSERT INTO collectives SELECT * FROM collectives LIMIT 1" ||
 		fail "cannot write n3.db"
 	n=$((n + 1))
+	[ $step != 1 ] || [ "$(sqlite3 "$T/n3.db" "PRAGMA journal_mode = WAL")" = wal ] ||
+		fail "cannot put n3.db in WAL mode (as agentd's store writes it)"
 	[ $step != 2 ] || sqlite3 "$T/n3.db" "CREATE TABLE extra (a); DROP INDEX collectives_ts" ||
 		fail "cannot change n3.db's schema"
 done
