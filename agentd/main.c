@@ -291,14 +291,7 @@ int main(int argc, char **argv)
 	sqlite3 *db = NULL;
 	int sslen;
 
-	/*
-	 * Before any other SQLite call: no global memory statistics, which cost every
-	 * SQLite allocation a mutex and counter updates (bench_ingest BENCH_MEMSTATUS=1
-	 * shows the difference). Nothing here sets sqlite3_hard_heap_limit64, the one
-	 * feature that needs them.
-	 */
-	sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
-
+	fqsql_init_process();
 	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (opt) {
 		case OPT_LISTEN:

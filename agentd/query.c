@@ -120,9 +120,53 @@ static void release_slot(struct query_pool *p)
 	pthread_mutex_unlock(&p->mu);
 }
 
+static void qdb_close(struct query_db *d)
+{
+	sqlite3_finalize(d->st);
+	free(d->sql);
+	if (d->db)
+		fqsql_close(d->db);
+	memset(d, 0, sizeof(*d));
+}
+
 void query_pool_release(struct query_pool *p)
 {
+	for (int i = 0; i < p->nidle; i++)
+		qdb_close(&p->idle[i]);
+	p->nidle = 0;
 	pthread_mutex_destroy(&p->mu);
+}
+
+/*
+ * A read-only connection for one query: an idle one when there is one (its
+ * guard re-armed: limits, authorizer, query_only), else a new one.
+ */
+static int db_take(struct query_pool *p, const struct fqsql_limits *lim, struct query_db *d,
+		   char **cause)
+{
+	memset(d, 0, sizeof(*d));
+	pthread_mutex_lock(&p->mu);
+	if (p->nidle)
+		*d = p->idle[--p->nidle];
+	pthread_mutex_unlock(&p->mu);
+	if (d->db) {
+		if (!fqsql_rearm(d->db, lim))
+			return 0;
+		qdb_close(d);
+	}
+	return fqsql_open_readonly(p->db_path, lim, &d->db, cause);
+}
+
+/* Keeps d for the next query when there is room; else closes it. */
+static void db_give(struct query_pool *p, struct query_db *d)
+{
+	pthread_mutex_lock(&p->mu);
+	if (p->nidle < QUERY_IDLE_DBS) {
+		p->idle[p->nidle++] = *d;
+		memset(d, 0, sizeof(*d));
+	}
+	pthread_mutex_unlock(&p->mu);
+	qdb_close(d);
 }
 
 int query_pool_running(struct query_pool *p)
@@ -448,12 +492,14 @@ out:
 static int run(struct query *q, struct wire_buf *b, struct result *r)
 {
 	struct fqsql_limits lim = { .max_length = QUERY_VALUE_MAX };
+	struct query_db qd;
 	sqlite3_stmt *st = NULL;
 	sqlite3 *db = NULL;
 	char *cause = NULL;
-	int rc, stop;
+	int rc, stop, keep;
 
-	rc = fqsql_open_readonly(q->pool->db_path, &lim, &db, &cause);
+	rc = db_take(q->pool, &lim, &qd, &cause);
+	db = qd.db;
 	if (rc) {
 		r->status = WIRE_E_INTERNAL;
 		set_msg(r, "%s", cause ? cause : "cannot open the trace database");
@@ -466,7 +512,22 @@ static int run(struct query *q, struct wire_buf *b, struct result *r)
 	if (stop)
 		goto stopped;
 	fqsql_set_deadline(db, q->deadline_ns);
-	rc = fqsql_prepare(db, q->sql, &st, &cause);
+	/*
+	 * The connection's last statement when the SQL is the same: prepared
+	 * behind this guard (authorizer, one read-only statement), and SQLite
+	 * prepares it again, authorizer included, if the schema changed.
+	 */
+	if (qd.st && !strcmp(qd.sql, q->sql)) {
+		st = qd.st;
+		qd.st = NULL;
+		rc = 0;
+	} else {
+		sqlite3_finalize(qd.st);
+		qd.st = NULL;
+		rc = fqsql_prepare(db, q->sql, &st, &cause);
+	}
+	free(qd.sql);
+	qd.sql = NULL;
 	if (rc) {
 		r->status = rc == -EACCES   ? WIRE_E_DENIED
 			    : rc == -ENOMEM ? WIRE_E_MEMORY
@@ -492,10 +553,29 @@ stopped:
 out:
 	pthread_mutex_lock(&q->mu);
 	q->db = NULL;
+	stop = q->stop;
 	pthread_mutex_unlock(&q->mu);
-	sqlite3_finalize(st);
-	if (db)
-		fqsql_close(db);
+	/*
+	 * Only a connection whose query ended cleanly goes back: nobody can have
+	 * interrupted it (q->db was set while stop was 0) and no transaction is
+	 * open once its statement is reset (a statement left mid-step would pin
+	 * its read snapshot).
+	 */
+	keep = db && !rc && !stop && r->status == WIRE_OK;
+	if (st && (sqlite3_reset(st) != SQLITE_OK || sqlite3_clear_bindings(st) != SQLITE_OK))
+		keep = 0;
+	if (keep && sqlite3_get_autocommit(db)) {
+		qd.st = st;
+		qd.sql = st ? strdup(q->sql) : NULL;
+		if (!qd.sql) {
+			sqlite3_finalize(qd.st);
+			qd.st = NULL;
+		}
+		db_give(q->pool, &qd);
+	} else {
+		sqlite3_finalize(st);
+		qdb_close(&qd);
+	}
 	free(cause);
 	return rc;
 }

@@ -24,6 +24,21 @@
 
 struct event;
 struct evbuffer;
+struct sqlite3;
+struct sqlite3_stmt;
+
+/*
+ * Read-only connections kept open between queries (warm page cache, no
+ * re-open), each with its last statement, reset, for the same SQL next time
+ * (a fleet asks every agent the same analysis again and again; preparing it
+ * costs more than running it on a small window).
+ */
+#define QUERY_IDLE_DBS 4
+struct query_db {
+	struct sqlite3 *db;
+	struct sqlite3_stmt *st; /* NULL, or prepared from sql and reset */
+	char *sql;
+};
 
 /* Bounds the number of workers; shared by all connections of a server. */
 struct query_pool {
@@ -39,6 +54,9 @@ struct query_pool {
 	 * loopback only); peers without a port get relay_port. */
 	const char *relay_ca, *relay_cert, *relay_key;
 	int relay_port;
+	/* Idle read-only connections, under mu; query_pool_release() closes them. */
+	struct query_db idle[QUERY_IDLE_DBS];
+	int nidle;
 };
 
 int query_pool_init(struct query_pool *p, int max);

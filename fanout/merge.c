@@ -38,7 +38,9 @@ struct merge *merge_new(char **cause)
 	*cause = NULL;
 	if (!m)
 		return NULL;
-	if (sqlite3_open_v2(":memory:", &m->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL)) {
+	/* One thread uses it: no per-call connection mutex. */
+	if (sqlite3_open_v2(":memory:", &m->db,
+			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL)) {
 		db_fail(m->db, "cannot open", cause);
 		goto fail;
 	}
@@ -253,11 +255,10 @@ int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
 			rc = sqlite3_bind_double(st, col, v->d);
 			break;
 		case WIRE_TEXT:
-			rc = sqlite3_bind_text64(st, col, v->p, v->n, SQLITE_TRANSIENT,
-						 SQLITE_UTF8);
+			rc = sqlite3_bind_text64(st, col, v->p, v->n, SQLITE_STATIC, SQLITE_UTF8);
 			break;
 		case WIRE_BLOB:
-			rc = sqlite3_bind_blob64(st, col, v->p, v->n, SQLITE_TRANSIENT);
+			rc = sqlite3_bind_blob64(st, col, v->p, v->n, SQLITE_STATIC);
 			break;
 		default:
 			rc = sqlite3_bind_null(st, col);
@@ -265,6 +266,11 @@ int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
 	}
 	if (rc == SQLITE_OK)
 		rc = sqlite3_step(st);
+	/*
+	 * Text and blobs are bound SQLITE_STATIC: they point into the caller's
+	 * frame, which outlives the step; every parameter is bound again before
+	 * the next one, so nothing reads them after this.
+	 */
 	sqlite3_reset(st);
 	if (rc != SQLITE_DONE)
 		return db_fail(m->db, "cannot insert", cause);

@@ -31,6 +31,15 @@ int fqsql_register(sqlite3 *db);
 #define FQSQL_Z_CAP 1e9
 
 /*
+ * Process-wide SQLite settings; call first in main(), before any other SQLite
+ * call. Turns off SQLite's memory statistics: with them on, every allocation
+ * takes a global mutex (a hot spot when fleetq inserts millions of rows and when
+ * agentd serves many short queries). Without them sqlite3_hard_heap_limit64()
+ * has no effect, so a program that wants fqsql_limits.heap_limit must not call
+ * this. Returns 0, or -EBUSY when SQLite is already initialised.
+ */
+int fqsql_init_process(void);
+
  * Creates (IF NOT EXISTS) the trace schema and records schema_version in meta.
  * A file of an older schema version is left as it is: -ESTALE (a writer moves
  * it aside and starts a new file); a newer one: -ENOTSUP.
@@ -60,6 +69,16 @@ struct fqsql_limits {
  */
 int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite3 **db,
 			char **cause);
+
+/*
+ * Makes a connection from fqsql_open_readonly() ready for its next query, as
+ * if just opened: limits (lim as for open), defensive mode, query_only, the
+ * authorizer and no deadline. For a caller that keeps connections between
+ * queries. Statements it keeps must be reset: with one mid-step (a read
+ * transaction open) this fails.
+ * Returns 0, or -errno: then close db and open a new one.
+ */
+int fqsql_rearm(sqlite3 *db, const struct fqsql_limits *lim);
 
 /*
  * Prepares exactly one statement; more than one (anything but whitespace and

@@ -321,6 +321,11 @@ static void set_limits(sqlite3 *db, const struct fqsql_limits *lim)
 		sqlite3_hard_heap_limit64(lim->heap_limit);
 }
 
+int fqsql_init_process(void)
+{
+	return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) == SQLITE_OK ? 0 : -EBUSY;
+}
+
 int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite3 **out,
 			char **cause)
 {
@@ -392,6 +397,34 @@ fail:
 	sqlite3_free(err);
 	sqlite3_close_v2(db);
 	return ret;
+}
+
+int fqsql_rearm(sqlite3 *db, const struct fqsql_limits *lim)
+{
+	struct fqsql_state *s = state_find(db);
+	int on = 1, off = 0, rc;
+
+	if (!s || !s->guarded || !sqlite3_get_autocommit(db))
+		return -EINVAL;
+	for (sqlite3_stmt *st = sqlite3_next_stmt(db, NULL); st; st = sqlite3_next_stmt(db, st))
+		if (sqlite3_stmt_busy(st))
+			return -EINVAL;
+	if (sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, on, NULL) != SQLITE_OK ||
+	    sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, off, NULL) !=
+		    SQLITE_OK ||
+	    sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, off, NULL) != SQLITE_OK)
+		return -ENOTSUP;
+	set_limits(db, lim);
+	/* The authorizer would deny this PRAGMA: off for it, then on again. */
+	sqlite3_set_authorizer(db, NULL, NULL);
+	rc = sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, NULL);
+	sqlite3_set_authorizer(db, authorize, s);
+	if (rc != SQLITE_OK)
+		return -EIO;
+	s->denied[0] = 0;
+	s->deadline_hit = 0;
+	__atomic_store_n(&s->deadline_ns, 0, __ATOMIC_RELAXED);
+	return 0;
 }
 
 /* True when sql holds only whitespace, comments and semicolons. */

@@ -79,19 +79,29 @@ newest AS (
 	FROM mark m
 	GROUP BY m.comm_hash
 ),
--- two ways into the window, as in stragglers.node.sql
+-- the window: two ways in, chosen per communicator, as in stragglers.node.sql
+cut AS (
+	SELECT n.comm_hash, n.seq - prm.max_seqs AS seq,
+	       prm.since_ns <= 0
+	       OR (prm.max_seqs IS NOT NULL
+		   AND coalesce((SELECT y.ts_ns FROM collectives y
+				 WHERE y.comm_hash = n.comm_hash AND y.seq = n.seq - prm.max_seqs
+				 LIMIT 1), 0) >= prm.since_ns) AS by_seq
+	FROM prm CROSS JOIN newest n
+),
 win AS (
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq
-	FROM prm CROSS JOIN coll c
-	WHERE prm.since_ns > 0 AND prm.max_seqs IS NULL
+	FROM prm CROSS JOIN coll c CROSS JOIN cut u
+	WHERE prm.since_ns > 0
 	  AND c.ts_ns >= prm.since_ns
-	  AND c.comm_hash IS NOT NULL
+	  AND u.comm_hash = c.comm_hash AND NOT u.by_seq
+	  AND c.seq > coalesce(u.seq, -1)
 	UNION ALL
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq
-	FROM prm CROSS JOIN newest n CROSS JOIN coll c
-	WHERE NOT (prm.since_ns > 0 AND prm.max_seqs IS NULL)
-	  AND c.comm_hash = n.comm_hash
-	  AND c.seq > coalesce(n.seq - prm.max_seqs, -1)
+	FROM prm CROSS JOIN cut u CROSS JOIN coll c
+	WHERE u.by_seq
+	  AND c.comm_hash = u.comm_hash
+	  AND c.seq > coalesce(u.seq, -1)
 	  AND c.ts_ns >= prm.since_ns
 ),
 -- sync wait per collective: as in stragglers.node.sql

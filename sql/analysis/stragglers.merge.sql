@@ -55,10 +55,12 @@ nr AS (
 	SELECT comm_hash, count(*) AS n FROM rk GROUP BY comm_hash
 ),
 -- seqs every answering rank of the communicator reached, and who arrived first
+-- (a join, not a subquery per group: SQLite would recompute nr for every seq)
 full AS (
-	SELECT c.comm_hash, c.seq, min(c.t) AS t_first
-	FROM coll c GROUP BY c.comm_hash, c.seq
-	HAVING count(*) = (SELECT n FROM nr WHERE nr.comm_hash = c.comm_hash)
+	SELECT g.comm_hash, g.seq, g.t_first
+	FROM (SELECT comm_hash, seq, min(t) AS t_first, count(*) AS k
+	      FROM coll GROUP BY comm_hash, seq) g
+	JOIN nr ON nr.comm_hash = g.comm_hash AND nr.n = g.k
 ),
 -- per rank over those seqs: arrival lateness and total sync wait
 rl AS (
@@ -117,13 +119,15 @@ flags AS (
 	       max(coalesce(z_late, 0), coalesce(z_busy, 0), coalesce(z_sync, 0)) AS zmax
 	FROM z, prm
 ),
+-- each node's time, once per node (a subquery per 'last' row would scan results each time)
+nowr AS (
+	SELECT node, max(ts_ns) AS now_ns FROM results WHERE kind = 'now' GROUP BY node
+),
 -- progress: the newest collective of every rank over all time
 lastr AS (
-	SELECT l.node, l.comm_hash, l.rank, l.pid, l.nranks, l.seq, l.ts_ns,
-	       (SELECT max(w.ts_ns) FROM results w WHERE w.kind = 'now' AND w.node = l.node)
-		       AS now_ns,
+	SELECT l.node, l.comm_hash, l.rank, l.pid, l.nranks, l.seq, l.ts_ns, w.now_ns,
 	       l.ts_ns - coalesce((SELECT k.offset_ns FROM clock k WHERE k.node = l.node), 0) AS t
-	FROM results l WHERE l.kind = 'last'
+	FROM results l LEFT JOIN nowr w ON w.node IS l.node WHERE l.kind = 'last'
 ),
 lc AS (
 	SELECT comm_hash, max(seq) AS maxseq, max(t) AS newest FROM lastr GROUP BY comm_hash

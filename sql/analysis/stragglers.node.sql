@@ -85,24 +85,36 @@ last AS (
 newest AS (
 	SELECT comm_hash, max(seq) AS seq FROM last GROUP BY comm_hash
 ),
--- the window: newer than :since_ns and among the newest :max_seqs of its communicator.
--- Two ways in, so that neither reads the whole communicator: with :since_ns alone,
--- a range of the table's key ts_ns from :since_ns on; otherwise collectives_comm_seq
--- from the first seq kept (newest - :max_seqs, or every seq when neither is set).
+-- per communicator, how to read its window (newer than :since_ns and among its newest
+-- :max_seqs seqs): by_seq when :max_seqs binds inside the time window (its cut seq is
+-- newer than :since_ns, one probe through collectives_comm_seq) or there is no time window;
+-- else by time. Both ways apply both bounds: the choice only picks the cheaper access path.
+cut AS (
+	SELECT n.comm_hash, n.seq - prm.max_seqs AS seq,
+	       prm.since_ns <= 0
+	       OR (prm.max_seqs IS NOT NULL
+		   AND coalesce((SELECT y.ts_ns FROM collectives y
+				 WHERE y.comm_hash = n.comm_hash AND y.seq = n.seq - prm.max_seqs
+				 LIMIT 1), 0) >= prm.since_ns) AS by_seq
+	FROM prm CROSS JOIN newest n
+),
+-- the window, two ways in, so that neither reads more than it keeps: by time through a range
+-- of the table's key ts_ns from :since_ns on; by seq through collectives_comm_seq from the cut on
 win AS (
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
 	       c.busy_ns
-	FROM prm CROSS JOIN coll c
-	WHERE prm.since_ns > 0 AND prm.max_seqs IS NULL
+	FROM prm CROSS JOIN coll c CROSS JOIN cut u
+	WHERE prm.since_ns > 0
 	  AND c.ts_ns >= prm.since_ns
-	  AND c.comm_hash IS NOT NULL
+	  AND u.comm_hash = c.comm_hash AND NOT u.by_seq
+	  AND c.seq > coalesce(u.seq, -1)
 	UNION ALL
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
 	       c.busy_ns
-	FROM prm CROSS JOIN newest n CROSS JOIN coll c
-	WHERE NOT (prm.since_ns > 0 AND prm.max_seqs IS NULL)
-	  AND c.comm_hash = n.comm_hash
-	  AND c.seq > coalesce(n.seq - prm.max_seqs, -1)
+	FROM prm CROSS JOIN cut u CROSS JOIN coll c
+	WHERE u.by_seq
+	  AND c.comm_hash = u.comm_hash
+	  AND c.seq > coalesce(u.seq, -1)
 	  AND c.ts_ns >= prm.since_ns
 ),
 -- where each (process, communicator) starts in the window

@@ -134,4 +134,27 @@ expect_rc 0 "SLURM_JOB_NODELIST"
 [ -s "$T/err" ] && fail "-q still printed: $(cat "$T/err")"
 [ "$(tail -n 1 "$T/out")" = "$H3	$(sqlite3 "$T/n3.db" 'SELECT count(*) FROM collectives')" ] ||
 	fail "SLURM_JOB_NODELIST query printed '$(cat "$T/out")'"
+
+# 8. agentd keeps connections and their last statement between queries: the same query
+# again sees rows written in between (no stale snapshot), a schema change (SQLite
+# prepares again), and a query the guard refuses leaves the next one working.
+C="SELECT count(*) FROM collectives"
+n=$(sqlite3 "$T/n3.db" "$C")
+for step in 1 2 3 4; do
+	fq -q -w "$H3" --format tsv "$C"
+	expect_rc 0 "repeated query, step $step"
+	[ "$(tail -n 1 "$T/out")" = "$H3	$n" ] || fail "step $step: '$(cat "$T/out")', want $n"
+	sqlite3 "$T/n3.db" "INSERT INTO collectives SELECT * FROM collectives LIMIT 1" ||
+		fail "cannot write n3.db"
+	n=$((n + 1))
+	[ $step != 1 ] || [ "$(sqlite3 "$T/n3.db" "PRAGMA journal_mode = WAL")" = wal ] ||
+		fail "cannot put n3.db in WAL mode (as agentd's store writes it)"
+	[ $step != 2 ] || sqlite3 "$T/n3.db" "CREATE TABLE extra (a); DROP INDEX collectives_ts" ||
+		fail "cannot change n3.db's schema"
+done
+fq -q -w "$H3" --format tsv "DELETE FROM collectives"
+expect_rc 3 "DELETE through a kept connection (the node fails: SQL denied)"
+fq -q -w "$H3" --format tsv "$C"
+expect_rc 0 "query after a refused one"
+[ "$(tail -n 1 "$T/out")" = "$H3	$n" ] || fail "after refusal: '$(cat "$T/out")', want $n"
 echo "ok"

@@ -438,6 +438,51 @@ static void test_heap_limit(void)
 	sqlite3_hard_heap_limit64(0);
 }
 
+/* A kept connection re-armed for its next query: the guard holds as if just opened. */
+static void test_rearm(void)
+{
+	struct fqsql_limits lim = { .max_length = 1000 };
+	sqlite3_stmt *st = NULL;
+	sqlite3 *db = NULL;
+	char *cause = NULL;
+	int64_t first;
+	int rc;
+
+	CHECK(fqsql_open_readonly(dbpath, &lim, &db, &cause) == 0, "open: %s", cause);
+	free(cause);
+	cause = NULL;
+	if (!db)
+		return;
+	fqsql_set_deadline(db, now_ns() - 1);
+	rc = run(db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
+		 "WHERE x < 100000000) SELECT count(*) FROM c", &first);
+	CHECK(rc == SQLITE_INTERRUPT && fqsql_deadline_passed(db), "past deadline: rc %d", rc);
+
+	/* a statement still open: refused */
+	CHECK(fqsql_prepare(db, "SELECT a FROM t", &st, &cause) == 0, "prepare: %s", cause);
+	free(cause);
+	cause = NULL;
+	if (st)
+		sqlite3_step(st);
+	CHECK(fqsql_rearm(db, &lim) == -EINVAL, "rearm with a statement open");
+	sqlite3_finalize(st);
+
+	lim.max_length = 100;
+	CHECK(fqsql_rearm(db, &lim) == 0, "rearm");
+	CHECK(!fqsql_deadline_passed(db), "deadline flag kept after rearm");
+	CHECK_NEAR(one_double(db, "SELECT count(*) FROM t"), 1000, 0, "count after rearm");
+	rc = run(db, "SELECT length(zeroblob(500))", &first);
+	CHECK(rc == SQLITE_TOOBIG, "new length limit after rearm: rc %d", rc);
+	CHECK(fqsql_prepare(db, "DELETE FROM t", &st, &cause) == -EACCES,
+	      "DELETE after rearm: %s", cause);
+	free(cause);
+	cause = NULL;
+	CHECK(fqsql_prepare(db, "PRAGMA query_only = 0", &st, &cause) == -EACCES,
+	      "PRAGMA query_only = 0 after rearm: %s", cause);
+	free(cause);
+	fqsql_close(db);
+}
+
 int main(int argc, char **argv)
 {
 	snprintf(dir, sizeof(dir), "%s", argc > 1 ? argv[1] : ".");
@@ -450,5 +495,6 @@ int main(int argc, char **argv)
 	test_open_errors();
 	test_wal();
 	test_heap_limit();
+	test_rearm();
 	return check_done("test_sql_guard");
 }
