@@ -40,6 +40,7 @@ int fqsql_register(sqlite3 *db);
  */
 int fqsql_init_process(void);
 
+/*
  * Creates (IF NOT EXISTS) the trace schema and records schema_version in meta.
  * A file of an older schema version is left as it is: -ESTALE (a writer moves
  * it aside and starts a new file); a newer one: -ENOTSUP.
