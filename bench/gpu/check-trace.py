@@ -30,5 +30,16 @@ print(f"world communicator: ranks {ranks}, per-rank counts {sorted(counts)}, "
 print("sync wait per rank (ms):", q("""SELECT p.rank, c.api, count(*), round(sum(c.dur_ns)/1e6,1)
       FROM cuda_calls c JOIN processes p USING (pid) WHERE c.kind='sync'
       GROUP BY p.rank, c.api ORDER BY p.rank, c.api"""))
+if "p2p_groups_per_rank" in summary and any(summary["p2p_groups_per_rank"]):
+    # batch_isend_irecv: one ncclGroupStart/End holding an ncclSend and an ncclRecv
+    g = q("""SELECT p.rank, count(*), sum(g.ncalls >= 2), max(g.ncalls),
+             round(avg(g.end_dur_ns) / 1e3, 1) FROM nccl_groups g JOIN processes p USING (pid)
+             WHERE p.rank IS NOT NULL GROUP BY p.rank ORDER BY p.rank""")
+    print("nccl_groups per rank (rank, groups, groups with >= 2 calls, max ncalls, mean GroupEnd us):", g)
+    want = summary["p2p_groups_per_rank"]
+    got = {r[0]: r[2] for r in g}
+    gok = all(got.get(r, 0) >= want[r] for r in range(world))
+    print(f"p2p groups per rank wanted {want}: {'ok' if gok else 'MISSING'}")
+    ok &= gok
 print("null comm_hash collectives:", q("SELECT count(*) FROM collectives WHERE comm_hash IS NULL")[0][0])
 print("CHECK", "PASS" if ok else "FAIL")
