@@ -11,9 +11,18 @@ world = summary["world"]
 print("meta:", dict(q("SELECT key, value FROM meta WHERE key IN "
                       "('clock_source','probes','probe_cost_ns','ring_drops','trace_events')")))
 print("comms:", q("SELECT fn, comm_hash, rank, nranks, count(*) FROM comms GROUP BY 1,2,3,4 ORDER BY 2,3"))
-rows = q("""SELECT comm_hash, rank, nranks, count(*), min(seq), max(seq), count(DISTINCT seq),
-            sum(op='AllReduce') FROM collectives GROUP BY comm_hash, rank ORDER BY comm_hash, rank""")
 ok = True
+# collectives and p2p (Send/Recv) are numbered apart: each must count from 0 without gaps
+rows = q("""SELECT comm_hash, rank, nranks, count(*), min(seq), max(seq), count(DISTINCT seq),
+            sum(op='AllReduce') FROM collectives WHERE op NOT IN ('Send', 'Recv')
+            GROUP BY comm_hash, rank ORDER BY comm_hash, rank""")
+p2p = q("""SELECT comm_hash, rank, count(*), min(seq), max(seq), count(DISTINCT seq)
+           FROM collectives WHERE op IN ('Send', 'Recv') GROUP BY comm_hash, rank""")
+for h, rank, n, lo, hi, nd in p2p:
+    contiguous = lo == 0 and hi == n - 1 and nd == n
+    print(f"comm {h} rank {rank}: {n} Send/Recv, seq {lo}..{hi}",
+          "contiguous" if contiguous else "NOT CONTIGUOUS")
+    ok &= contiguous
 for h, rank, nranks, n, lo, hi, nd, nar in rows:
     contiguous = lo == 0 and hi == n - 1 and nd == n
     print(f"comm {h} rank {rank}/{nranks}: {n} collectives ({nar} AllReduce), seq {lo}..{hi}",

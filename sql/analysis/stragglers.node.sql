@@ -32,9 +32,13 @@ jobpid AS (
 	SELECT DISTINCT p.pid FROM processes p, prm WHERE p.job_id = prm.job
 ),
 -- collectives of the job and communicator asked for, over all time
+-- (collectives only: Send/Recv number their own seqs, apart from the collectives of the
+-- same communicator, so they never line up across ranks by seq; every 'last', newest
+-- and cut probe below skips them too)
 coll AS NOT MATERIALIZED (
 	SELECT c.* FROM collectives c, prm
-	WHERE (prm.comm IS NULL OR c.comm_hash = prm.comm)
+	WHERE c.op NOT IN ('Send', 'Recv')
+	  AND (prm.comm IS NULL OR c.comm_hash = prm.comm)
 	  AND (prm.job IS NULL OR c.pid IN jobpid)
 ),
 -- one collective (its rowid) of every distinct (pid, comm_hash, rank), found by skipping
@@ -64,9 +68,10 @@ keys(id) AS (
 -- next 64 through collectives_comm_seq
 mark AS (
 	SELECT k.pid, k.comm_hash, k.rank,
-	       (SELECT max(x.seq) FROM collectives x
+	       (SELECT x.seq FROM collectives x
 		WHERE x.seq % 64 = 0 AND x.pid = k.pid AND x.comm_hash = k.comm_hash
-		  AND x.rank IS k.rank) AS seq
+		  AND x.rank IS k.rank AND x.op NOT IN ('Send', 'Recv')
+		ORDER BY x.seq DESC LIMIT 1) AS seq
 	FROM keys CROSS JOIN collectives k CROSS JOIN prm
 	WHERE k.rowid = keys.id
 	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm)
@@ -79,7 +84,7 @@ last AS (
 	FROM mark m CROSS JOIN collectives c
 	WHERE c.rowid = (SELECT y.rowid FROM collectives y
 			 WHERE y.comm_hash = m.comm_hash AND y.seq >= m.seq AND y.seq < m.seq + 64
-			   AND y.pid = m.pid AND y.rank IS m.rank
+			   AND y.pid = m.pid AND y.rank IS m.rank AND y.op NOT IN ('Send', 'Recv')
 			 ORDER BY y.seq DESC LIMIT 1)
 ),
 newest AS (
@@ -95,6 +100,7 @@ cut AS (
 	       OR (prm.max_seqs IS NOT NULL
 		   AND coalesce((SELECT y.ts_ns FROM collectives y
 				 WHERE y.comm_hash = n.comm_hash AND y.seq = n.seq - prm.max_seqs
+				   AND y.op NOT IN ('Send', 'Recv')
 				 LIMIT 1), 0) >= prm.since_ns) AS by_seq
 	FROM prm CROSS JOIN newest n
 ),

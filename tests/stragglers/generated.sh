@@ -47,6 +47,24 @@ assert "verdict" in d["columns"] and d["columns"][0] == "comm_hash", d["columns"
 assert d["coverage"]["ok"] == 4, d["coverage"]
 ' "$T/out" || fail "clean json: $(cat "$T/out")"
 
+# 1b. p2p on the same communicator (Send/Recv number their own seqs, as agentd does):
+# one rank's Send/Recv rows, more of them than collectives and newer, change nothing
+sqlite3 "$T/clean-n0.db" "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n
+	WHERE i < $((2 * STEPS + 9)))
+	INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_ptr, comm_hash, rank, nranks, seq,
+		op, count, bytes, datatype, peer, busy_ns)
+	SELECT (SELECT max(ts_ns) FROM collectives) + 1 + i, 1000, c.pid, c.tid, c.comm_ptr,
+		c.comm_hash, c.rank, c.nranks, i, CASE i % 2 WHEN 0 THEN 'Send' ELSE 'Recv' END,
+		1024, 4096, 'float32', c.rank + 1, 0
+	FROM n, (SELECT * FROM collectives WHERE rank = 0 LIMIT 1) c" ||
+	fail "cannot add p2p rows"
+fq -w "$HOSTS" stragglers --since 2m
+expect_rc 0 "clean job with p2p rows on one rank"
+grep -q "^no straggler: 16 ranks in 1 communicator, last 2m" "$T/out" ||
+	fail "clean report with p2p rows: $(cat "$T/out")"
+fq -w "$HOSTS" netcheck --since 2m
+expect_rc 0 "netcheck, clean job with p2p rows"
+
 # 2. netcheck on the clean job: nothing to name, exit 0
 fq -w "$HOSTS" netcheck --since 2m
 expect_rc 0 "netcheck, clean"
