@@ -47,7 +47,7 @@ struct query {
 	/* Relay: forward to these peers; own rows labelled with label. */
 	size_t npeers;
 	char **peers;
-	int64_t tree_width, clock_param;
+	int64_t tree_width, clock_param, pings;
 	char *label;	/* NULL: not relaying */
 	char **cols;	/* relay: the columns sent up (without "node"), NULL until sent */
 	size_t ncols;
@@ -723,6 +723,7 @@ static int relay_end(struct relay *rl, const char *node, int outcome, int64_t ro
 	if (in && in->samples && in->rtt_ns > 0) {
 		e.offset_ns = in->offset_ns;
 		e.rtt_ns = in->rtt_ns;
+		e.samples = in->samples;
 	}
 	if (outcome != FQ_OK)
 		rl->failed++;
@@ -799,9 +800,10 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 	fp.nparams = q->nparams;
 	fp.tree_width = (int)q->tree_width;
 	fp.clock_param = (size_t)q->clock_param;
-	/* A query with a clock parameter compares times across nodes: sample the
-	 * leaves' clocks as fleetq does (4 PINGs), so their offsets go up in END. */
-	fp.pings = q->clock_param ? 4 : 0;
+	/* Sample the leaves' clocks as the requester samples its own nodes (it says how
+	 * many PINGs in the QUERY; a requester that does not say: 4 when the query has
+	 * a clock parameter), so their offsets go up in END. */
+	fp.pings = q->pings > 0 ? (int)(q->pings < 64 ? q->pings : 64) : q->clock_param ? 4 : 0;
 	fp.sink = &sink;
 	fp.cancel = &q->stop; /* the client left or the agent drains */
 	fo = fanout_new(&fp, &cause);
@@ -924,6 +926,7 @@ static int copy_request(struct query *q, const struct wire_query *m)
 		}
 		q->tree_width = m->tree_width;
 		q->clock_param = m->clock_param;
+		q->pings = m->pings;
 		q->label = strdup(m->self_name ? m->self_name : "");
 		if (!q->label)
 			return -ENOMEM;

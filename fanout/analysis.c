@@ -125,7 +125,7 @@ int an_plan_load(struct an_plan *p, const char *name, const struct an_param *nod
 		sb_puts(&b, q ? q : "");
 		sqlite3_free(q);
 	}
-	sb_puts(&b, "); CREATE TABLE clock(node TEXT, offset_ns INTEGER, rtt_ns INTEGER);");
+	sb_puts(&b, "); CREATE TABLE clock(node TEXT, offset_ns INTEGER, rtt_ns INTEGER, samples INTEGER);");
 	if (b.oom)
 		goto out;
 	if (sqlite3_open(":memory:", &mdb) != SQLITE_OK || fqsql_register(mdb) ||

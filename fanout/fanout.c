@@ -752,6 +752,8 @@ static void send_query(struct node *n)
 		q.tree_width = p->tree_width;
 		q.self_name = n->name;
 		q.clock_param = (int64_t)p->clock_param;
+		/* The relay samples its leaves' clocks as we sample ours. */
+		q.pings = p->pings > 0 ? p->pings : 0;
 	}
 
 	/* A window start on our clock, moved onto this node's. */
@@ -899,7 +901,7 @@ static void on_end(struct node *n, const struct wire_end *e)
 		}
 		/* The leaf's clock: the relay's offset to ours plus the leaf's to the relay's. */
 		if (e->rtt_ns > 0 && n->info->samples) {
-			fo->infos[h].samples = 1;
+			fo->infos[h].samples = e->samples > 0 ? e->samples : 1;
 			fo->infos[h].offset_ns = n->info->offset_ns + e->offset_ns;
 			fo->infos[h].rtt_ns = n->info->rtt_ns + e->rtt_ns;
 		}
@@ -1311,7 +1313,7 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	for (size_t i = 0; i < fo->nh && !err && !fo->p->sink; i++)
 		if (fo->infos[i].samples)
 			err = merge_clock(m, fo->p->hosts[i], fo->infos[i].offset_ns,
-					  fo->infos[i].rtt_ns, cause);
+					  fo->infos[i].rtt_ns, fo->infos[i].samples, cause);
 out:
 	for (size_t i = 0; i < fo->n; i++)
 		node_release(&fo->nodes[i]);

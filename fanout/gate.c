@@ -381,7 +381,8 @@ static int plan_tables(struct gate *g)
 		}
 		sqlite3_free(sql);
 	}
-	if (sqlite3_exec(db, "CREATE TABLE clock(node TEXT, offset_ns INTEGER, rtt_ns INTEGER)",
+	if (sqlite3_exec(db, "CREATE TABLE clock(node TEXT, offset_ns INTEGER, rtt_ns INTEGER, samples "
+			 "INTEGER)",
 			 NULL, NULL, NULL))
 		goto oom;
 	sqlite3_set_authorizer(db, read_auth, g);

@@ -73,7 +73,7 @@ static const char usage_text[] =
 	"\n"
 	"results:\n"
 	"  --merge SQL              run SQL over the merged table 'results' and print that\n"
-	"                           (table 'clock' has node, offset_ns, rtt_ns)\n"
+	"                           (table 'clock': node, offset_ns, rtt_ns, samples)\n"
 	"  --format FMT             table, csv, tsv, json, ndjson; junit (gate only)\n"
 	"                           (default: table on a terminal, else tsv; subcommands:\n"
 	"                           a report, unless --format is given)\n"

@@ -52,7 +52,8 @@ struct merge *merge_new(char **cause)
 	}
 	/* Clock offsets, for the analyses and for users' own corrections. */
 	if (sqlite3_exec(m->db,
-			 "CREATE TABLE clock(node TEXT PRIMARY KEY, offset_ns INTEGER, rtt_ns INTEGER)",
+			 "CREATE TABLE clock(node TEXT PRIMARY KEY, offset_ns INTEGER, rtt_ns INTEGER, "
+			 "samples INTEGER)",
 			 NULL, NULL, NULL)) {
 		db_fail(m->db, "cannot create table clock", cause);
 		goto fail;
@@ -298,18 +299,20 @@ int merge_drop(struct merge *m, size_t idx, char **cause)
 	return err;
 }
 
-int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rtt_ns, char **cause)
+int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rtt_ns,
+		int64_t samples, char **cause)
 {
 	sqlite3_stmt *st = NULL;
 	int err = 0;
 
 	*cause = NULL;
-	if (sqlite3_prepare_v2(m->db, "INSERT OR REPLACE INTO clock VALUES(?, ?, ?)", -1, &st,
-			       NULL))
+	if (sqlite3_prepare_v2(m->db, "INSERT OR REPLACE INTO clock VALUES(?, ?, ?, ?)", -1,
+			       &st, NULL))
 		return db_fail(m->db, "cannot prepare clock insert", cause);
 	sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 2, offset_ns);
 	sqlite3_bind_int64(st, 3, rtt_ns);
+	sqlite3_bind_int64(st, 4, samples);
 	if (sqlite3_step(st) != SQLITE_DONE)
 		err = db_fail(m->db, "cannot insert clock", cause);
 	sqlite3_finalize(st);

@@ -37,10 +37,11 @@ int merge_drop(struct merge *m, size_t idx, char **cause);
 int merge_finish(struct merge *m, char **cause);
 
 /*
- * Table clock(node, offset_ns, rtt_ns) always exists; this adds or replaces
+ * Table clock(node, offset_ns, rtt_ns, samples) always exists; this adds or replaces
  * node's row (offset = node clock minus coordinator clock).
  */
-int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rtt_ns, char **cause);
+int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rtt_ns,
+		int64_t samples, char **cause);
 
 /*
  * Renames table results to name (a plain identifier) and forgets its columns, so the

@@ -491,6 +491,8 @@ int wire_put_query(struct wire_buf *out, const struct wire_query *q)
 	enc_str(&e, "as", q->self_name);
 	if (q->clock_param)
 		enc_int(&e, "clock_param", q->clock_param);
+	if (q->pings)
+		enc_int(&e, "pings", q->pings);
 	return enc_end(&e);
 }
 
@@ -534,6 +536,8 @@ int wire_put_end(struct wire_buf *out, const struct wire_end *end)
 	if (end->rtt_ns) {
 		enc_int(&e, "offset_ns", end->offset_ns);
 		enc_int(&e, "rtt_ns", end->rtt_ns);
+		if (end->samples)
+			enc_int(&e, "samples", end->samples);
 	}
 	return enc_end(&e);
 }
@@ -1414,6 +1418,7 @@ static int decode_query(struct wire_priv *pv, struct rd *r, struct wire_query *q
 		{ "tree_width", F_INT, false, &q->tree_width, NULL },
 		{ "as", F_STR, false, &q->self_name, NULL },
 		{ "clock_param", F_INT, false, &q->clock_param, NULL },
+		{ "pings", F_INT, false, &q->pings, NULL },
 	};
 	int err = decode_map(pv, r, f, NFIELDS(f), "QUERY", cause);
 
@@ -1435,6 +1440,7 @@ static int decode_end(struct wire_priv *pv, struct rd *r, struct wire_end *e, ch
 		{ "outcome", F_STR, false, &e->outcome, NULL },
 		{ "offset_ns", F_INT, false, &e->offset_ns, NULL },
 		{ "rtt_ns", F_INT, false, &e->rtt_ns, NULL },
+		{ "samples", F_INT, false, &e->samples, NULL },
 	};
 
 	return decode_map(pv, r, f, NFIELDS(f), "END", cause);

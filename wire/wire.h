@@ -119,6 +119,9 @@ struct wire_query {
 	int64_t tree_width;
 	const char *self_name;
 	int64_t clock_param; /* 1-based param holding a time on the sender's clock; 0 none */
+	/* Relay: clock samples (PINGs) the relay takes of each leaf after its HELLO, as
+	 * the requester does of its own nodes; 0 = the relay's default. */
+	int64_t pings;
 };
 
 struct wire_end {
@@ -137,6 +140,8 @@ struct wire_end {
 	/* Relay: that leaf's clock offset to the relay's and the round trip it
 	 * was measured with; rtt_ns 0 = no sample (the keys are left out). */
 	int64_t offset_ns, rtt_ns;
+	/* Relay: how many clock samples that offset is the best of (HELLO included). */
+	int64_t samples;
 };
 
 struct wire_error {

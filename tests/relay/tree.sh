@@ -79,6 +79,23 @@ mask "$T/out" >"$T/stree.m"
 cmp -s "$T/sflat.m" "$T/stree.m" || { diff "$T/sflat" "$T/out" >&2; fail "stragglers report differs"; }
 grep -q "rank 6" "$T/out" || fail "tree stragglers does not name rank 6: $(cat "$T/out")"
 
+# 2b. relays sample their leaves' clocks as often as fleetq samples its own nodes, with or
+# without a time parameter in the query (stragglers --since all has none): HELLO + 4 PINGs
+# for every node, leaves included (a leaf sampled only by its HELLO had offsets off by the
+# handshake's length, which blurred the lateness signal through relays).
+fq -w "$HOSTS" --tree-width 3 --pings 4 --format tsv \
+	--merge "SELECT node, samples FROM clock ORDER BY node" "SELECT 1"
+expect_rc 0 "tree query with --pings 4"
+[ "$(awk 'NR > 1' "$T/out" | wc -l)" = 9 ] || fail "clock rows: $(cat "$T/out")"
+awk 'NR > 1 && $2 != 5 { bad = 1 } END { exit bad }' "$T/out" ||
+	fail "clock samples through the tree, want 5 a node: $(cat "$T/out")"
+fq -w "$HOSTS" stragglers --since all
+cp "$T/out" "$T/aflat"
+fq -w "$HOSTS" --tree-width 3 stragglers --since all
+mask "$T/aflat" >"$T/aflat.m"
+mask "$T/out" >"$T/atree.m"
+cmp -s "$T/aflat.m" "$T/atree.m" || { diff "$T/aflat" "$T/out" >&2; fail "stragglers --since all differs"; }
+
 # 3. a dead leaf behind a relay: unreachable by name, others' rows intact, exit 3.
 DEAD=$(free_port)
 H2="127.0.0.1:$P0,127.0.0.1:$DEAD,127.0.0.1:$P2,127.0.0.1:$P3,127.0.0.1:$P4,127.0.0.1:$P5"
