@@ -30,21 +30,9 @@ printf "  %10s %10s %10s %10s %10s %10s %12s\n" target reached issued rows ring_
 first_drop=- at200=- silent=0
 for r in $rates; do
 	db=$T/drops-$r.db
-	rm -f "$T/tr.port"
-	"$AGENTD" --insecure --listen 127.0.0.1:0 --port-file "$T/tr.port" --db "$db" \
-		--ib-interval 0 --probes "nccl,lib:$LIB" 2>"$T/tracer.err" &
-	TPID=$!
-	PIDS="$PIDS $TPID"
-	i=0
-	until [ -s "$T/tr.port" ] && grep -q "attached" "$T/tracer.err"; do
-		i=$((i + 1))
-		[ $i -lt 600 ] || die "agentd with the tracer did not start"
-		kill -0 "$TPID" 2>/dev/null || die "agentd with the tracer exited"
-		sleep 0.05
-	done
+	start_tracer "$db"
 	"$PC" $PCL rate "$threads" "$r" "$secs" >"$T/pc.out" || die "probe_cost failed"
-	kill "$TPID"
-	wait "$TPID" 2>/dev/null || true
+	stop_tracer
 	pid=$(sed -n 's/.*pid=\([0-9]*\).*/\1/p' "$T/pc.out")
 	issued=$(sed -n 's/.*issued=\([0-9]*\).*/\1/p' "$T/pc.out")
 	reached=$(sed -n 's/.*rate_per_s=\([0-9]*\).*/\1/p' "$T/pc.out")

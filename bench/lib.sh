@@ -101,3 +101,25 @@ fq() {
 
 # kib PID FIELD: a /proc/PID/status field (VmRSS, VmHWM, ...) in KiB
 kib() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }
+
+# start_tracer DB: agentd tracing only the library $LIB (a private copy no other agentd
+# discovers), run under $AGENT_PIN if set (e.g. "taskset -c 1"); waits until it has
+# attached; sets TPID. stop_tracer: SIGTERM and wait.
+start_tracer() {
+	rm -f "$T/tr.port"
+	${AGENT_PIN:-} "$AGENTD" --insecure --listen 127.0.0.1:0 --port-file "$T/tr.port" --db "$1" \
+		--ib-interval 0 --probes "nccl,lib:$LIB" 2>"$T/tracer.err" &
+	TPID=$!
+	PIDS="$PIDS $TPID"
+	i=0
+	until [ -s "$T/tr.port" ] && grep -q "attached" "$T/tracer.err"; do
+		i=$((i + 1))
+		[ $i -lt 600 ] || die "agentd with the tracer did not start"
+		kill -0 "$TPID" 2>/dev/null || die "agentd with the tracer exited"
+		sleep 0.05
+	done
+}
+stop_tracer() {
+	kill "$TPID"
+	wait "$TPID" 2>/dev/null || true
+}

@@ -29,16 +29,7 @@ vol() { awk '$1 == "voluntary_ctxt_switches:" { print $2 }' "$1/status"; }
 
 "$PC" $PCL cost "$n" >"$T/pc.out" || die "probe_cost failed"
 base=$(val ns_per_call)
-"$AGENTD" --insecure --listen 127.0.0.1:0 --port-file "$T/tr.port" --db "$T/trace.db" \
-	--ib-interval 0 --probes "nccl,lib:$LIB" 2>"$T/tracer.err" &
-TPID=$!
-PIDS="$PIDS $TPID"
-i=0
-until [ -s "$T/tr.port" ] && grep -q "attached" "$T/tracer.err"; do
-	i=$((i + 1))
-	[ $i -lt 600 ] || die "agentd with the tracer did not start"
-	sleep 0.05
-done
+start_tracer "$T/trace.db"
 sleep 1
 ids=$(cat /proc/$TPID/fdinfo/* 2>/dev/null | awk '$1 == "prog_id:" { print $2 }' | sort -u)
 for t in /proc/$TPID/task/*; do echo "$(basename "$t") $(vol "$t")"; done >"$T/vol.a"
@@ -54,8 +45,7 @@ for id in $ids; do bpftool prog show id "$id"; done >"$T/progs.b"
 sysctl -q kernel.bpf_stats_enabled="$old_stats"
 for t in /proc/$TPID/task/*; do echo "$(basename "$t") $(vol "$t")"; done >"$T/vol.b"
 traced=$(val ns_per_call)
-kill "$TPID"
-wait "$TPID" 2>/dev/null || true
+stop_tracer
 cal=$(sqlite3 "$T/trace.db" "SELECT value FROM meta WHERE key = 'probe_cost_ns'")
 wk=$(sqlite3 "$T/trace.db" "SELECT value FROM meta WHERE key = 'ring_wakeup_bytes'")
 

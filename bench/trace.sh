@@ -35,26 +35,6 @@ LOOP_PIN= AGENT_PIN=
 cost() { $LOOP_PIN "$PC" $PCL cost "$n" >"$T/pc.out" || die "probe_cost failed"; cat "$T/pc.out"; }
 val() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" "$T/pc.out"; }
 
-# start_tracer DB: agentd with the tracer on the stand-in libnccl only
-start_tracer() {
-	rm -f "$T/tr.port"
-	$AGENT_PIN "$AGENTD" --insecure --listen 127.0.0.1:0 --port-file "$T/tr.port" --db "$1" \
-		--ib-interval 0 --probes "nccl,lib:$LIB" 2>"$T/tracer.err" &
-	TPID=$!
-	PIDS="$PIDS $TPID"
-	i=0
-	until [ -s "$T/tr.port" ] && grep -q "attached" "$T/tracer.err"; do
-		i=$((i + 1))
-		[ $i -lt 600 ] || die "agentd with the tracer did not start"
-		kill -0 "$TPID" 2>/dev/null || die "agentd with the tracer exited"
-		sleep 0.05
-	done
-}
-stop_tracer() {
-	kill "$TPID"
-	wait "$TPID" 2>/dev/null || true
-}
-
 # place NAME DB: untraced runs around three traced runs; sets u_NAME tr_NAME pids_NAME
 place() {
 	u= tr= pids=
