@@ -47,7 +47,7 @@ struct query {
 	/* Relay: forward to these peers; own rows labelled with label. */
 	size_t npeers;
 	char **peers;
-	int64_t tree_width, clock_param, pings;
+	int64_t tree_width, clock_param, pings, connect_ms;
 	char *label;	/* NULL: not relaying */
 	char **cols;	/* relay: the columns sent up (without "node"), NULL until sent */
 	size_t ncols;
@@ -793,7 +793,11 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 	fp.insecure = !p->relay_cert;
 	fp.window = 64;
 	fp.timeout_ms = left_ms - margin > 1 ? left_ms - margin : 1;
-	fp.connect_timeout_ms = fp.timeout_ms < 5000 ? fp.timeout_ms : 5000;
+	/* The requester's connect timeout when it sent one (fleetq --connect-timeout), else 5 s;
+	 * never past the deadline. */
+	fp.connect_timeout_ms = q->connect_ms > 0 ? q->connect_ms : 5000;
+	if (fp.connect_timeout_ms > fp.timeout_ms)
+		fp.connect_timeout_ms = fp.timeout_ms;
 	fp.sql = q->sql;
 	fp.max_rows = q->max_rows;
 	fp.params = q->params;
@@ -927,6 +931,7 @@ static int copy_request(struct query *q, const struct wire_query *m)
 		q->tree_width = m->tree_width;
 		q->clock_param = m->clock_param;
 		q->pings = m->pings;
+		q->connect_ms = m->connect_ms;
 		q->label = strdup(m->self_name ? m->self_name : "");
 		if (!q->label)
 			return -ENOMEM;

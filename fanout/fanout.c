@@ -754,6 +754,8 @@ static void send_query(struct node *n)
 		q.clock_param = (int64_t)p->clock_param;
 		/* The relay samples its leaves' clocks as we sample ours. */
 		q.pings = p->pings > 0 ? p->pings : 0;
+		/* ... and gives them the time to HELLO we give ours. */
+		q.connect_ms = p->connect_timeout_ms > 0 ? p->connect_timeout_ms : 0;
 	}
 
 	/* A window start on our clock, moved onto this node's. */

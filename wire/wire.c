@@ -493,6 +493,8 @@ int wire_put_query(struct wire_buf *out, const struct wire_query *q)
 		enc_int(&e, "clock_param", q->clock_param);
 	if (q->pings)
 		enc_int(&e, "pings", q->pings);
+	if (q->connect_ms)
+		enc_int(&e, "connect_ms", q->connect_ms);
 	return enc_end(&e);
 }
 
@@ -1419,6 +1421,7 @@ static int decode_query(struct wire_priv *pv, struct rd *r, struct wire_query *q
 		{ "as", F_STR, false, &q->self_name, NULL },
 		{ "clock_param", F_INT, false, &q->clock_param, NULL },
 		{ "pings", F_INT, false, &q->pings, NULL },
+		{ "connect_ms", F_INT, false, &q->connect_ms, NULL },
 	};
 	int err = decode_map(pv, r, f, NFIELDS(f), "QUERY", cause);
 

@@ -122,6 +122,9 @@ struct wire_query {
 	/* Relay: clock samples (PINGs) the relay takes of each leaf after its HELLO, as
 	 * the requester does of its own nodes; 0 = the relay's default. */
 	int64_t pings;
+	/* Relay: ms the relay gives each leaf from connect to HELLO (the requester's own
+	 * connect timeout); 0 = the relay's default. */
+	int64_t connect_ms;
 };
 
 struct wire_end {

@@ -133,6 +133,13 @@ expect_rc 3 "hung leaf"
 expect_err "coverage: 2/3 nodes ok"
 expect_err "timeout: 127.0.0.1:$HANG"
 grep -q "via relay" "$T/err" && fail "hung leaf blamed on its relay: $(cat "$T/err")"
+# the relay gives its leaves fleetq's --connect-timeout, not its own 5 s
+kill -STOP "$PID"
+fq -w "127.0.0.1:$P0,127.0.0.1:$P2,127.0.0.1:$HANG" --tree-width 1 --timeout 20 \
+	--connect-timeout 1 --format tsv "$Q"
+kill -CONT "$PID"
+expect_rc 3 "hung leaf, --connect-timeout 1"
+expect_err "not done within 1s"
 
 # 5c. columns that differ two hops down: that leaf fails as "columns", never merged.
 for x in 1 2 3; do
