@@ -14,13 +14,7 @@ secs=${3:-5}
 threads=${4:-2}
 PC=$B/bench/probe_cost
 need "$AGENTD" "$PC" "$STANDIN/libnccl.so.2"
-# private copies under names no agentd discovers (see bench/probe_cost.c)
-mkdir "$T/lib"
-cp "$STANDIN/libcuda.so.1" "$T/lib/libfqb-cuda.so"
-cp "$STANDIN/libcudart.so.13" "$T/lib/libfqb-cudart.so"
-cp "$STANDIN/libnccl.so.2" "$T/lib/libfqb-nccl.so"
-LIB=$T/lib/libfqb-nccl.so
-PCL="$T/lib/libfqb-cuda.so $T/lib/libfqb-cudart.so $LIB"
+private_libs
 [ "$(id -u)" = 0 ] || die "needs root to load BPF programs"
 meta() { sqlite3 "$1" "SELECT coalesce((SELECT value FROM meta WHERE key = '$2'), 0)"; }
 

@@ -123,3 +123,30 @@ stop_tracer() {
 	kill "$TPID"
 	wait "$TPID" 2>/dev/null || true
 }
+
+# private_libs: copies of the stand-in libraries under names no agentd discovers (see
+# bench/probe_cost.c); sets LIB (the libnccl copy, what start_tracer traces) and PCL
+# (probe_cost's library arguments).
+private_libs() {
+	mkdir "$T/lib"
+	cp "$STANDIN/libcuda.so.1" "$T/lib/libfqb-cuda.so"
+	cp "$STANDIN/libcudart.so.13" "$T/lib/libfqb-cudart.so"
+	cp "$STANDIN/libnccl.so.2" "$T/lib/libfqb-nccl.so"
+	LIB=$T/lib/libfqb-nccl.so
+	PCL="$T/lib/libfqb-cuda.so $T/lib/libfqb-cudart.so $LIB"
+}
+
+# stream_db N: $CACHE/stream-N.db, N rows of table b (a, b, c, d), made once; prints its path.
+stream_db() {
+	sdb=$CACHE/stream-$1.db
+	if [ ! -s "$sdb" ]; then
+		rm -f "$sdb.tmp"
+		sqlite3 -batch "$sdb.tmp" <<SQL || die "cannot make $sdb"
+CREATE TABLE b (a INTEGER, b INTEGER, c REAL, d TEXT);
+WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < $1)
+INSERT INTO b SELECT x, x % 1000, x / 3.0, 'rank-' || (x % 64) FROM n;
+SQL
+		mv "$sdb.tmp" "$sdb"
+	fi
+	echo "$sdb"
+}

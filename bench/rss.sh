@@ -12,16 +12,7 @@ steps=${2:-30000}
 need "$AGENTD" "$FLEETQ" "$STANDIN/fq-workload"
 [ "$(id -u)" = 0 ] || die "needs root to load BPF programs"
 n=1000000
-db=$CACHE/stream-$n.db
-if [ ! -s "$db" ]; then
-	rm -f "$db.tmp"
-	sqlite3 -batch "$db.tmp" <<SQL || die "cannot make $db"
-CREATE TABLE b (a INTEGER, b INTEGER, c REAL, d TEXT);
-WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < $n)
-INSERT INTO b SELECT x, x % 1000, x / 3.0, 'rank-' || (x % 64) FROM n;
-SQL
-	mv "$db.tmp" "$db"
-fi
+db=$(stream_db "$n")
 mb() { fmt "$(calc "$1 / 1024")" 1; }
 certs 127.0.0.1
 

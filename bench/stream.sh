@@ -9,16 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 n=${2:-1000000}
 need "$AGENTD" "$FLEETQ"
-db=$CACHE/stream-$n.db
-if [ ! -s "$db" ]; then
-	rm -f "$db.tmp"
-	sqlite3 -batch "$db.tmp" <<SQL || die "cannot make $db"
-CREATE TABLE b (a INTEGER, b INTEGER, c REAL, d TEXT);
-WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < $n)
-INSERT INTO b SELECT x, x % 1000, x / 3.0, 'rank-' || (x % 64) FROM n;
-SQL
-	mv "$db.tmp" "$db"
-fi
+db=$(stream_db "$n")
 sql="SELECT a, b, c, d FROM b"
 certs 127.0.0.1
 start_agent s0 "$db" --no-trace --max-rows 100000000 --max-bytes 4294967296 --timeout-ms 600000

@@ -14,12 +14,7 @@ PC=$B/bench/probe_cost
 need "$AGENTD" "$PC" "$STANDIN/libnccl.so.2"
 command -v bpftool >/dev/null || die "needs bpftool"
 [ "$(id -u)" = 0 ] || die "needs root to load BPF programs"
-mkdir "$T/lib"
-cp "$STANDIN/libcuda.so.1" "$T/lib/libfqb-cuda.so"
-cp "$STANDIN/libcudart.so.13" "$T/lib/libfqb-cudart.so"
-cp "$STANDIN/libnccl.so.2" "$T/lib/libfqb-nccl.so"
-LIB=$T/lib/libfqb-nccl.so
-PCL="$T/lib/libfqb-cuda.so $T/lib/libfqb-cudart.so $LIB"
+private_libs
 old_stats=$(sysctl -n kernel.bpf_stats_enabled)
 trap 'sysctl -q kernel.bpf_stats_enabled="$old_stats"; cleanup' EXIT
 

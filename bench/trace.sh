@@ -19,13 +19,7 @@
 n=${2:-200000}
 PC=$B/bench/probe_cost
 need "$AGENTD" "$PC" "$STANDIN/libnccl.so.2"
-# private copies under names no agentd discovers (see bench/probe_cost.c)
-mkdir "$T/lib"
-cp "$STANDIN/libcuda.so.1" "$T/lib/libfqb-cuda.so"
-cp "$STANDIN/libcudart.so.13" "$T/lib/libfqb-cudart.so"
-cp "$STANDIN/libnccl.so.2" "$T/lib/libfqb-nccl.so"
-LIB=$T/lib/libfqb-nccl.so
-PCL="$T/lib/libfqb-cuda.so $T/lib/libfqb-cudart.so $LIB"
+private_libs
 [ "$(id -u)" = 0 ] || die "needs root to load BPF programs"
 
 LCPU=${FQ_BENCH_LOOP_CPU:-0}
