@@ -904,16 +904,23 @@ static void ckpt_start(struct store *s, const char *path)
 	sqlite3_wal_hook(s->db, wal_hook, s);
 }
 
+/* Tells a started thread to stop (its flag under mu, its condition signalled) and joins it. */
+static void stop_thread(struct store *s, pthread_t thread, bool *started, bool *stop,
+			pthread_cond_t *wake)
+{
+	if (!*started)
+		return;
+	pthread_mutex_lock(&s->mu);
+	*stop = true;
+	pthread_cond_signal(wake);
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(thread, NULL);
+	*started = false;
+}
+
 static void ckpt_stop(struct store *s)
 {
-	if (s->ckpt_started) {
-		pthread_mutex_lock(&s->mu);
-		s->ckpt_stop = true;
-		pthread_cond_signal(&s->ckpt_wake);
-		pthread_mutex_unlock(&s->mu);
-		pthread_join(s->ckpt_thread, NULL);
-		s->ckpt_started = false;
-	}
+	stop_thread(s, s->ckpt_thread, &s->ckpt_started, &s->ckpt_stop, &s->ckpt_wake);
 	sqlite3_close(s->ckpt_db);
 	s->ckpt_db = NULL;
 }
@@ -1467,14 +1474,7 @@ void store_close(struct store *s)
 {
 	if (!s)
 		return;
-	if (s->thread_started) {
-		pthread_mutex_lock(&s->mu);
-		s->stop = true;
-		pthread_cond_signal(&s->wake);
-		pthread_mutex_unlock(&s->mu);
-		pthread_join(s->thread, NULL);
-		s->thread_started = false;
-	}
+	stop_thread(s, s->thread, &s->thread_started, &s->stop, &s->wake);
 	/* before the writer's connection: its close then checkpoints and removes the WAL */
 	ckpt_stop(s);
 	for (int i = 0; i < ST_MAX; i++)
