@@ -12,6 +12,7 @@
 
 #include "../fanout/coverage.h"
 #include "../fanout/fanout.h"
+#include "../fanout/strbuf.h"
 #include "../sql/fqsql.h"
 #include "log.h"
 #include "query.h"
@@ -582,18 +583,6 @@ out:
 
 /* ---- relay: QUERY with peers (PROTOCOL.md "Relay") ---- */
 
-static int relay_fail(char **cause, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int relay_fail(char **cause, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-	return err;
-}
 
 struct relay {
 	struct query *q;
@@ -655,12 +644,12 @@ static int relay_columns(void *ctx, size_t i, size_t ncols, const char *const *n
 	if (!q->cols)
 		return relay_send_columns(rl, ncols, names);
 	if (ncols != q->ncols)
-		return relay_fail(cause, -EINVAL,
+		return fq_fail(cause, -EINVAL,
 				  "%zu columns where the first node sent %zu: not merged", ncols,
 				  q->ncols);
 	for (size_t k = 0; k < ncols; k++)
 		if (strcmp(names[k], q->cols[k]))
-			return relay_fail(cause, -EINVAL,
+			return fq_fail(cause, -EINVAL,
 					  "column %zu is '%s' where the first node has '%s': "
 					  "not merged",
 					  k + 1, names[k], q->cols[k]);
@@ -697,7 +686,7 @@ static int relay_row(void *ctx, size_t i, size_t ncols, const struct wire_value 
 	if (!rc && wire_rows_bytes(&rl->w) >= WIRE_ROWS_TARGET)
 		rc = relay_flush(rl);
 	if (rc)
-		relay_fail(cause, rc, "relay stopped: %s", strerror(-rc));
+		fq_fail(cause, rc, "relay stopped: %s", strerror(-rc));
 	return rc;
 }
 
@@ -742,7 +731,7 @@ static int relay_done(void *ctx, size_t i, int outcome, int64_t rows, const char
 			   rl->fo ? fanout_node_info(rl->fo, i) : NULL);
 
 	if (rc)
-		relay_fail(cause, rc, "relay stopped: %s", strerror(-rc));
+		fq_fail(cause, rc, "relay stopped: %s", strerror(-rc));
 	return rc;
 }
 

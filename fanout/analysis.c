@@ -12,17 +12,6 @@
 #include "sqlfiles.h"
 #include "strbuf.h"
 
-static int fail(char **cause, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char **cause, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-	return err;
-}
 
 /* ":since_ns", "@since_ns" and "$since_ns" are one name to a user adapting a file. */
 static int same_param(const char *a, const char *b)
@@ -85,13 +74,13 @@ int an_plan_load(struct an_plan *p, const char *name, const struct an_param *nod
 	/* The node file against an empty trace of this version's schema. */
 	if (sqlite3_open(":memory:", &db) != SQLITE_OK || fqsql_register(db) ||
 	    fqsql_schema_apply(db, &why)) {
-		err = fail(cause, -EIO, "cannot check the analysis SQL: %s",
+		err = fq_fail(cause, -EIO, "cannot check the analysis SQL: %s",
 			   why ? why : sqlite3_errmsg(db));
 		goto out;
 	}
 	rc = sqlite3_prepare_v2(db, p->node_sql, -1, &st, NULL);
 	if (rc != SQLITE_OK || !st) {
-		err = fail(cause, -EINVAL, "%s: %s: fix the file (or unset FLEETQ_SQL_DIR)",
+		err = fq_fail(cause, -EINVAL, "%s: %s: fix the file (or unset FLEETQ_SQL_DIR)",
 			   p->node_origin, rc ? sqlite3_errmsg(db) : "no statement");
 		goto out;
 	}
@@ -125,17 +114,18 @@ int an_plan_load(struct an_plan *p, const char *name, const struct an_param *nod
 		sb_puts(&b, q ? q : "");
 		sqlite3_free(q);
 	}
-	sb_puts(&b, "); CREATE TABLE clock(node TEXT, offset_ns INTEGER, rtt_ns INTEGER, samples INTEGER);");
+	sb_puts(&b, "); CREATE TABLE clock(node TEXT, offset_ns INTEGER, rtt_ns INTEGER, "
+		    "samples INTEGER);");
 	if (b.oom)
 		goto out;
 	if (sqlite3_open(":memory:", &mdb) != SQLITE_OK || fqsql_register(mdb) ||
 	    sqlite3_exec(mdb, b.s, NULL, NULL, NULL) != SQLITE_OK) {
-		err = fail(cause, -EIO, "cannot check the merge SQL: %s", sqlite3_errmsg(mdb));
+		err = fq_fail(cause, -EIO, "cannot check the merge SQL: %s", sqlite3_errmsg(mdb));
 		goto out;
 	}
 	rc = sqlite3_prepare_v2(mdb, p->merge_sql, -1, &mst, NULL);
 	if (rc != SQLITE_OK || !mst) {
-		err = fail(cause, -EINVAL, "%s: %s: fix the file (or unset FLEETQ_SQL_DIR)",
+		err = fq_fail(cause, -EINVAL, "%s: %s: fix the file (or unset FLEETQ_SQL_DIR)",
 			   p->merge_origin, rc ? sqlite3_errmsg(mdb) : "no statement");
 		goto out;
 	}
@@ -217,9 +207,9 @@ int an_merge(sqlite3 *db, const char *merge_sql, const struct an_param *ps, size
 	*cause = NULL;
 	/* Kept as a table: the report and the machine formats read the same rows. */
 	if (asprintf(&sql, "CREATE TEMP TABLE fq_analysis AS %s", merge_sql) < 0)
-		return fail(cause, -ENOMEM, "out of memory");
+		return fq_fail(cause, -ENOMEM, "out of memory");
 	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-		err = fail(cause, -EINVAL, "merge SQL: %s", sqlite3_errmsg(db));
+		err = fq_fail(cause, -EINVAL, "merge SQL: %s", sqlite3_errmsg(db));
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -230,7 +220,7 @@ int an_merge(sqlite3 *db, const char *merge_sql, const struct an_param *ps, size
 	}
 	rc = sqlite3_step(st);
 	if (rc != SQLITE_DONE)
-		err = fail(cause, -EINVAL, "merge SQL: %s", sqlite3_errmsg(db));
+		err = fq_fail(cause, -EINVAL, "merge SQL: %s", sqlite3_errmsg(db));
 out:
 	sqlite3_finalize(st);
 	free(sql);

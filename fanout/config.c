@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
+#include "strbuf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -26,17 +27,6 @@ void config_release(struct fq_config *c)
 	free(c->key);
 	free(c->format);
 	config_init(c);
-}
-
-__attribute__((format(printf, 2, 3))) static int fail(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (cause && vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-	return -EINVAL;
 }
 
 static int parse_int(const char *v, long lo, long hi, long *out)
@@ -94,20 +84,23 @@ int config_set(struct fq_config *c, const char *key, const char *value, char **c
 		for (size_t i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++)
 			if (!strcmp(value, fmts[i]))
 				return set_str(&c->format, value);
-		return fail(cause, "unknown format '%s': use table, csv, tsv, json or ndjson",
-			    value);
+		return fq_fail(cause, -EINVAL,
+			       "unknown format '%s': use table, csv, tsv, json or ndjson",
+			       value);
 	}
 	if (!strcmp(key, "port")) {
 		if (parse_int(value, 1, 65535, &n))
-			return fail(cause, "invalid port '%s': use a number from 1 to 65535",
-				    value);
+			return fq_fail(cause, -EINVAL,
+			       "invalid port '%s': use a number from 1 to 65535",
+			       value);
 		c->port = (int)n;
 		return 0;
 	}
 	if (!strcmp(key, "fanout")) {
 		if (parse_int(value, 1, 65536, &n))
-			return fail(cause, "invalid fanout '%s': use a number from 1 to 65536",
-				    value);
+			return fq_fail(cause, -EINVAL,
+			       "invalid fanout '%s': use a number from 1 to 65536",
+			       value);
 		c->fanout = (int)n;
 		return 0;
 	}
@@ -115,14 +108,15 @@ int config_set(struct fq_config *c, const char *key, const char *value, char **c
 		double *dst = key[0] == 't' ? &c->timeout : &c->connect_timeout;
 
 		if (parse_secs(value, dst))
-			return fail(cause, "invalid %s '%s': use a number of seconds above 0", key,
-				    value);
+			return fq_fail(cause, -EINVAL,
+			       "invalid %s '%s': use a number of seconds above 0",
+			       key, value);
 		return 0;
 	}
-	return fail(cause,
-		    "unknown setting '%s': use ca, cert, key, port, fanout, timeout, "
-		    "connect_timeout or format",
-		    key);
+	return fq_fail(cause, -EINVAL,
+		       "unknown setting '%s': use ca, cert, key, port, fanout, timeout, "
+		       "connect_timeout or format",
+		       key);
 }
 
 static char *trim(char *s)

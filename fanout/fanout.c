@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "fanout.h"
+#include "strbuf.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -125,17 +126,6 @@ static struct timeval ms_tv(int64_t ms)
 	return tv;
 }
 
-static int fail(char **cause, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char **cause, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-	return err;
-}
 
 static const char *ssl_reason(void)
 {
@@ -253,28 +243,29 @@ static int load_tls(struct fanout *fo, char **cause)
 	const struct fanout_params *p = fo->p;
 
 	if (!p->ca)
-		return fail(cause, -EINVAL,
+		return fq_fail(cause, -EINVAL,
 			    "no CA certificate: pass --ca FILE or set 'ca' in the "
 			    "config file (or --insecure for loopback agents)");
 	if (!p->cert || !p->key)
-		return fail(cause, -EINVAL,
+		return fq_fail(cause, -EINVAL,
 			    "no client certificate: pass --cert FILE and --key FILE "
 			    "or set 'cert' and 'key' in the config file");
 	fo->ctx = SSL_CTX_new(TLS_client_method());
 	if (!fo->ctx)
-		return fail(cause, -ENOMEM, "cannot create TLS context: %s", ssl_reason());
+		return fq_fail(cause, -ENOMEM, "cannot create TLS context: %s", ssl_reason());
 	SSL_CTX_set_min_proto_version(fo->ctx, TLS1_2_VERSION);
 	if (SSL_CTX_load_verify_locations(fo->ctx, p->ca, NULL) != 1)
-		return fail(cause, -EINVAL, "cannot load CA certificate '%s': %s: check --ca",
+		return fq_fail(cause, -EINVAL, "cannot load CA certificate '%s': %s: check --ca",
 			    p->ca, ssl_reason());
 	if (SSL_CTX_use_certificate_chain_file(fo->ctx, p->cert) != 1)
-		return fail(cause, -EINVAL, "cannot load client certificate '%s': %s: check --cert",
-			    p->cert, ssl_reason());
+		return fq_fail(cause, -EINVAL,
+			       "cannot load client certificate '%s': %s: check --cert", p->cert,
+			       ssl_reason());
 	if (SSL_CTX_use_PrivateKey_file(fo->ctx, p->key, SSL_FILETYPE_PEM) != 1)
-		return fail(cause, -EINVAL, "cannot load client key '%s': %s: check --key", p->key,
-			    ssl_reason());
+		return fq_fail(cause, -EINVAL, "cannot load client key '%s': %s: check --key",
+			       p->key, ssl_reason());
 	if (SSL_CTX_check_private_key(fo->ctx) != 1)
-		return fail(cause, -EINVAL, "client key '%s' does not match certificate '%s'",
+		return fq_fail(cause, -EINVAL, "client key '%s' does not match certificate '%s'",
 			    p->key, p->cert);
 	SSL_CTX_set_verify(fo->ctx, SSL_VERIFY_PEER, NULL);
 	pthread_once(&sess_once, sess_init);
@@ -312,7 +303,7 @@ struct fanout *fanout_new(const struct fanout_params *p, char **cause)
 		err = hostlist_split(p->hosts[i], p->port, &h, &port);
 		free(h);
 		if (err) {
-			fail(cause, err, "invalid host '%s': use host, host:port or [ipv6]:port",
+			fq_fail(cause, err, "invalid host '%s': use host, host:port or [ipv6]:port",
 			     p->hosts[i]);
 			goto fail;
 		}
@@ -338,7 +329,7 @@ struct fanout *fanout_new(const struct fanout_params *p, char **cause)
 		n->is_ip = inet_pton(AF_INET, n->host, &a) == 1 ||
 			   inet_pton(AF_INET6, n->host, &a) == 1;
 		if (p->insecure && !is_loopback_name(n->host)) {
-			err = fail(cause, -EINVAL,
+			err = fq_fail(cause, -EINVAL,
 				   "--insecure talks plaintext to loopback agents only: "
 				   "'%s' is not a loopback address",
 				   n->name);
@@ -1276,13 +1267,13 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	fo->start_ms = now_ms();
 	fo->base = event_base_new();
 	if (!fo->base)
-		return fail(cause, -ENOMEM, "cannot create event loop");
+		return fq_fail(cause, -ENOMEM, "cannot create event loop");
 	fo->dns = evdns_base_new(fo->base, EVDNS_BASE_INITIALIZE_NAMESERVERS |
 						   EVDNS_BASE_DISABLE_WHEN_INACTIVE);
 	if (!fo->dns)
 		fo->dns = evdns_base_new(fo->base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
 	if (!fo->dns) {
-		err = fail(cause, -ENOMEM, "cannot set up the DNS resolver");
+		err = fq_fail(cause, -ENOMEM, "cannot set up the DNS resolver");
 		goto out;
 	}
 	evtimer_assign(&fo->ev_deadline, fo->base, deadline_cb, fo);

@@ -178,3 +178,16 @@ char *sb_detach(struct strbuf *b)
 	b->len = b->cap = 0;
 	return s;
 }
+
+int fq_fail(char **cause, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!cause)
+		return err;
+	va_start(ap, fmt);
+	if (vasprintf(cause, fmt, ap) < 0)
+		*cause = NULL;
+	va_end(ap);
+	return err;
+}

@@ -29,6 +29,12 @@ void sb_json_str(struct strbuf *b, const char *s, size_t n);
 /* Returns the malloc'd text (never NULL unless oom) and empties b. */
 char *sb_detach(struct strbuf *b);
 
+/*
+ * The error path of the fan-out code: *cause = the formatted message (NULL when it
+ * cannot be allocated; nothing when cause is NULL), returns err.
+ */
+int fq_fail(char **cause, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 static inline void sb_puts(struct strbuf *b, const char *s)
 {
 	sb_add(b, s, strlen(s));
