@@ -6,45 +6,10 @@
 # against it; a job whose rank 5 is 20% slower fails (exit 1) naming busy_gap_us rank 5,
 # with a junit file that names it too.
 . "$(dirname "$0")/../e2e/lib.sh"
-skip() { echo "SKIP: $*" >&2; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root to load BPF programs"
-[ -r /sys/kernel/btf/vmlinux ] || skip "no kernel BTF at /sys/kernel/btf/vmlinux"
-[ -x "${STANDIN:-}/fq-workload" ] || fail "no stand-in workload at '${STANDIN:-}' (target standin)"
+. "$(dirname "$0")/../standin/live-agents.sh"
 [ -x "${EXAMPLES:-}/gate-smoke.sh" ] || fail "no examples/ci/gate-smoke.sh at '${EXAMPLES:-}'"
-V2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
-[ -n "$V2" ] || skip "no cgroup v2 mount"
-CG=$V2/fqgate-$$
-mkdir "$CG" 2>/dev/null || skip "cannot create a cgroup under $V2"
-for k in 0 1 2 3; do mkdir "$CG/node$k" || fail "cannot create $CG/node$k"; done
-cleanup_cg() {
-	cleanup
-	for k in 0 1 2 3; do rmdir "$CG/node$k" 2>/dev/null; done
-	rmdir "$CG" 2>/dev/null
-}
-trap cleanup_cg EXIT
-
-LIBS="lib:$STANDIN/libnccl.so.2,lib:$STANDIN/libcudart.so.13,lib:$STANDIN/libcuda.so.1"
-certs ca 127.0.0.1
-for k in 0 1 2 3; do
-	rm -f "$T/node$k.port"
-	"$AGENTD" --listen 127.0.0.1:0 --db "$T/node$k.db" --node "node$k" \
-		--ca "$T/ca/ca.crt" --cert "$T/ca/127.0.0.1.crt" --key "$T/ca/127.0.0.1.key" \
-		--cgroup "$CG/node$k" --probes "nccl,sync,sched,proc,$LIBS" --ib-interval 0 \
-		--port-file "$T/node$k.port" --log "$T/node$k.log" &
-	APID[$k]=$!
-	PIDS="$PIDS $!"
-done
-: >"$T/hosts"
-for k in 0 1 2 3; do
-	i=0
-	while [ ! -s "$T/node$k.port" ]; do
-		kill -0 "${APID[$k]}" 2>/dev/null || fail "agentd node$k exited at start"
-		i=$((i + 1))
-		[ $i -lt 600 ] || fail "agentd node$k wrote no port file"
-		sleep 0.05
-	done
-	echo "127.0.0.1:$(cat "$T/node$k.port")" >>"$T/hosts"
-done
+live_agents fqgate
+echo "$HOSTS" | tr ',' '\n' >"$T/hosts"
 
 STEPS=100
 # The smoke job: the stand-in over the four cgroups, then a wait until the agents' batched

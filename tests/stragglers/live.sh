@@ -5,49 +5,8 @@
 # TLS. A clean job: fleetq stragglers exits 0. A job whose rank 5 is 30% slower: exit 1, rank 5
 # named first, on the agent of its cgroup. Both jobs share the agents: --job picks each.
 . "$(dirname "$0")/../e2e/lib.sh"
-skip() { echo "SKIP: $*" >&2; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root to load BPF programs"
-[ -r /sys/kernel/btf/vmlinux ] || skip "no kernel BTF at /sys/kernel/btf/vmlinux"
-[ -x "${STANDIN:-}/fq-workload" ] || fail "no stand-in workload at '${STANDIN:-}' (target standin)"
-V2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
-[ -n "$V2" ] || skip "no cgroup v2 mount"
-CG=$V2/fqstrag-$$
-mkdir "$CG" 2>/dev/null || skip "cannot create a cgroup under $V2"
-for k in 0 1 2 3; do mkdir "$CG/node$k" || fail "cannot create $CG/node$k"; done
-cleanup_cg() {
-	T0=$SECONDS
-	cleanup
-	echo "cleanup took $((SECONDS - T0))s" >&2
-	for k in 0 1 2 3; do rmdir "$CG/node$k" 2>/dev/null; done
-	rmdir "$CG" 2>/dev/null
-}
-trap cleanup_cg EXIT
-
-# The stand-in ranks call NCCL microseconds after exec: attach its libraries at start.
-LIBS="lib:$STANDIN/libnccl.so.2,lib:$STANDIN/libcudart.so.13,lib:$STANDIN/libcuda.so.1"
-certs ca 127.0.0.1
-# Four agents load and attach at once (BPF loading takes a while each).
-for k in 0 1 2 3; do
-	rm -f "$T/node$k.port"
-	"$AGENTD" --listen 127.0.0.1:0 --db "$T/node$k.db" --node "node$k" \
-		--ca "$T/ca/ca.crt" --cert "$T/ca/127.0.0.1.crt" --key "$T/ca/127.0.0.1.key" \
-		--cgroup "$CG/node$k" --probes "nccl,sync,sched,proc,$LIBS" --ib-interval 0 \
-		--port-file "$T/node$k.port" --log "$T/node$k.log" &
-	APID[$k]=$!
-	PIDS="$PIDS $!"
-done
-HOSTS=
-for k in 0 1 2 3; do
-	i=0
-	while [ ! -s "$T/node$k.port" ]; do
-		kill -0 "${APID[$k]}" 2>/dev/null || fail "agentd node$k exited at start"
-		i=$((i + 1))
-		[ $i -lt 600 ] || fail "agentd node$k wrote no port file"
-		sleep 0.05
-	done
-	PORT[$k]=$(cat "$T/node$k.port")
-	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:${PORT[$k]}"
-done
+. "$(dirname "$0")/../standin/live-agents.sh"
+live_agents fqstrag
 echo "agents up after ${SECONDS}s"
 
 STEPS=100
