@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "driver.h"
 #include "fqsql.h"
@@ -178,6 +179,11 @@ out:
 	return ret;
 }
 
+static double ms_between(const struct timespec *a, const struct timespec *b)
+{
+	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
 int an_run(const char *node_sql, const char *merge_sql, const struct an_node *nodes, size_t n,
 	   const char *const *node_params, const char *const *merge_params, int guarded,
 	   struct an_rows *out, char **cause)
@@ -187,8 +193,11 @@ int an_run(const char *node_sql, const char *merge_sql, const struct an_node *no
 	size_t cap = 0;
 	int rc, ret = -1;
 
+	struct timespec t0, t1, t2;
+
 	memset(out, 0, sizeof(*out));
 	*cause = NULL;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (sqlite3_open(":memory:", &m) != SQLITE_OK || fqsql_register(m) < 0 ||
 	    sqlite3_exec(m, "CREATE TABLE clock(node TEXT, offset_ns INTEGER, rtt_ns INTEGER)", NULL,
 			 NULL, NULL) != SQLITE_OK ||
@@ -213,6 +222,7 @@ int an_run(const char *node_sql, const char *merge_sql, const struct an_node *no
 			goto out;
 		}
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (sqlite3_prepare_v2(m, merge_sql, -1, &st, NULL) != SQLITE_OK) {
 		fail(cause, "merge query", "prepare", sqlite3_errmsg(m));
 		goto out;
@@ -245,6 +255,11 @@ int an_run(const char *node_sql, const char *merge_sql, const struct an_node *no
 		fail(cause, "merge query", "step", sqlite3_errmsg(m));
 		goto out;
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t2);
+	/* AN_TIMING=1: where the time went, for adapting the files (not a benchmark) */
+	if (getenv("AN_TIMING"))
+		fprintf(stderr, "an-run: %zu nodes: node queries and inserts %.1f ms, merge %.1f ms\n",
+			n, ms_between(&t0, &t1), ms_between(&t1, &t2));
 	ret = 0;
 out:
 	sqlite3_finalize(ins);
