@@ -47,11 +47,15 @@ struct rec_comm_destroy {
 struct rec_collective {
 	int64_t ts_ns, dur_ns, pid, tid, comm_ptr;
 	char comm_hash[17];
+	int32_t ret; /* ncclResult_t; here it fills the hash's padding (a ring slot is 256 bytes) */
 	int64_t rank, nranks, seq;
 	const char *op;
 	int64_t count, bytes;
 	const char *datatype, *redop;
-	int64_t peer, stream, busy_ns, ret;
+	int64_t peer, stream, busy_ns;
+	/* since this process's previous collective (Send/Recv: Send/Recv) on the
+	 * communicator; REC_NULL for the first one seen */
+	int64_t sync_ns, gap_ns;
 };
 
 struct rec_cuda {

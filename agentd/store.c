@@ -85,7 +85,8 @@ struct slot {
 };
 
 _Static_assert(sizeof(struct slot) == SLOT_SIZE, "slot size");
-_Static_assert(SLOT_SIZE - sizeof(struct slot_hdr) >= 64, "slot arena too small");
+/* A collective's names (op, datatype, redop: about 24 bytes) fit; longer strings take the heap. */
+_Static_assert(SLOT_SIZE - sizeof(struct slot_hdr) >= 48, "slot arena too small");
 
 enum {
 	ST_BEGIN,
@@ -134,8 +135,8 @@ static const char *const stmt_sql[ST_MAX] = {
 			    "ORDER BY ts_ns DESC, rowid DESC LIMIT 1)",
 	[ST_COLLECTIVE] = "INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_ptr, comm_hash, "
 			  "rank, nranks, seq, op, count, bytes, datatype, redop, peer, stream, "
-			  "busy_ns, ret) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
-			  "?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+			  "busy_ns, ret, sync_ns, gap_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+			  "?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
 	[ST_CUDA] = "INSERT INTO cuda_calls (ts_ns, dur_ns, pid, tid, api, kind, bytes, stream, "
 		    "ret) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
 	[ST_OFFCPU] = "INSERT INTO offcpu (ts_ns, dur_ns, pid, tid, reason) "
@@ -481,6 +482,8 @@ static sqlite3_stmt *bind_rec(struct store *s, const struct rec *r)
 		bind_i64(st, 16, c->stream);
 		bind_i64(st, 17, c->busy_ns);
 		bind_i64(st, 18, c->ret);
+		bind_i64(st, 19, c->sync_ns);
+		bind_i64(st, 20, c->gap_ns);
 		return st;
 	}
 	case REC_CUDA: {

@@ -48,6 +48,7 @@
 #include "probe.h"
 #include "records.h"
 #include "store.h"
+#include "syncwait.h"
 
 /*
  * The ring buffer's data pages are mapped twice into agentd (so records can wrap) and the
@@ -85,6 +86,8 @@ struct comm_ent {
 	int64_t seq, p2p_seq; /* next numbers; -1: init not seen */
 	uint32_t last_tid;
 	uint64_t last_oncpu;
+	int64_t sync_mark, p2p_sync_mark; /* process's sync total at the last one; -1: none */
+	int64_t last_ts, p2p_last_ts;     /* enqueue of the last one; REC_NULL: none */
 	uint32_t nsplits; /* children split off so far, part of the child's hash */
 	struct comm_ent *next;
 };
@@ -125,6 +128,7 @@ struct tracer {
 	int64_t boot_off;  /* CLOCK_REALTIME - CLOCK_BOOTTIME */
 
 	struct comm_ent *comms[COMM_BUCKETS]; /* poll thread only */
+	struct syncwait *sync; /* poll thread only */
 
 	pthread_mutex_t proc_mu;
 	struct proc_ent *procs[PROC_BUCKETS];
@@ -305,6 +309,8 @@ static struct comm_ent *comm_find(struct tracer *t, uint32_t pid, uint64_t ptr, 
 	e->ptr = ptr;
 	e->rank = e->nranks = REC_NULL;
 	e->seq = e->p2p_seq = -1;
+	e->sync_mark = e->p2p_sync_mark = -1;
+	e->last_ts = e->p2p_last_ts = REC_NULL;
 	e->next = *pp;
 	*pp = e;
 	return e;
@@ -408,6 +414,8 @@ static void on_comm(struct tracer *t, const struct fq_ev_comm *e)
 		ce->seq = ce->p2p_seq = 0;
 		ce->last_tid = 0;
 		ce->last_oncpu = 0;
+		ce->sync_mark = ce->p2p_sync_mark = -1;
+		ce->last_ts = ce->p2p_last_ts = REC_NULL;
 		ce->nsplits = 0;
 	}
 	store_put(t->store, &r);
@@ -438,8 +446,23 @@ static void on_coll(struct tracer *t, const struct fq_ev_call *e)
 		.stream = (int64_t)e->stream,
 		.busy_ns = REC_NULL,
 		.ret = e->ret,
+		.sync_ns = REC_NULL,
+		.gap_ns = REC_NULL,
 	};
 	if (ce) {
+		/* sync wait and time since the previous collective (or Send/Recv: since the
+		 * previous Send/Recv, as their seqs are their own) on this communicator */
+		int p2p = e->kind == FQ_K_P2P;
+		int64_t total = syncwait_total(t->sync, e->h.pid);
+		int64_t *mark = p2p ? &ce->p2p_sync_mark : &ce->sync_mark;
+		int64_t *last = p2p ? &ce->p2p_last_ts : &ce->last_ts;
+
+		if (*mark >= 0)
+			c->sync_ns = total - *mark;
+		*mark = total;
+		if (*last != REC_NULL)
+			c->gap_ns = c->ts_ns - *last;
+		*last = c->ts_ns;
 		memcpy(c->comm_hash, ce->hash, sizeof(c->comm_hash));
 		c->rank = ce->rank;
 		c->nranks = ce->nranks;
@@ -474,6 +497,8 @@ static void on_cuda(struct tracer *t, const struct fq_ev_call *e)
 	struct rec r = { .kind = REC_CUDA };
 	const struct probe_fn *f = e->h.fn < probe_nfns ? &probe_fns[e->h.fn] : NULL;
 
+	if (e->kind == FQ_K_SYNC)
+		syncwait_call(t->sync, e->h.pid, e->h.tid, (int64_t)e->h.ts, (int64_t)e->dur);
 	r.u.cuda = (struct rec_cuda){
 		.ts_ns = (int64_t)e->h.ts - t->clock_off,
 		.dur_ns = (int64_t)e->dur,
@@ -530,6 +555,7 @@ static void on_exit_ev(struct tracer *t, const struct fq_ev_proc *e)
 		emit_process(t, (int)e->h.pid); /* a zombie still has its /proc entry */
 	start = forget_process(t, (int)e->h.pid);
 	comm_drop_pid(t, e->h.pid);
+	syncwait_drop_pid(t->sync, e->h.pid);
 	if (start == REC_NULL)
 		return;
 	r.u.process = (struct rec_process){
@@ -1000,7 +1026,8 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	int err;
 
 	*cause = NULL;
-	if (!t) {
+	if (!t || !(t->sync = syncwait_new())) {
+		free(t);
 		*cause = strdup("out of memory");
 		return NULL;
 	}
@@ -1277,6 +1304,7 @@ void tracer_stop(struct tracer *t)
 			t->comms[i] = e->next;
 			free(e);
 		}
+	syncwait_free(t->sync);
 	for (i = 0; i < PROC_BUCKETS; i++)
 		while (t->procs[i]) {
 			struct proc_ent *e = t->procs[i];

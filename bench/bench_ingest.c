@@ -97,6 +97,8 @@ static void make_coll_at(struct rec *r, int64_t j, int64_t ts)
 	c->peer = INT64_MIN;
 	c->stream = 0x5500 + j % 8;
 	c->busy_ns = 100000 + j % 777;
+	c->sync_ns = 2000000 + j % 555;
+	c->gap_ns = 4000 + j % 333;
 	c->ret = 0;
 }
 
@@ -214,9 +216,9 @@ static double raw_insert(const char *path, int64_t n, make_fn make, enum layout 
 {
 	static const char *const sql[] = {
 		"INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_ptr, comm_hash, rank, "
-		"nranks, seq, op, count, bytes, datatype, redop, peer, stream, busy_ns, ret) "
-		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-		"?17, ?18)",
+		"nranks, seq, op, count, bytes, datatype, redop, peer, stream, busy_ns, ret, "
+		"sync_ns, gap_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+		"?14, ?15, ?16, ?17, ?18, ?19, ?20)",
 		"INSERT INTO cuda_calls (ts_ns, dur_ns, pid, tid, api, kind, bytes, stream, ret) "
 		"VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
 		"INSERT INTO offcpu (ts_ns, dur_ns, pid, tid, reason) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -283,6 +285,8 @@ static double raw_insert(const char *path, int64_t n, make_fn make, enum layout 
 			bind_i64(s, 16, c->stream);
 			bind_i64(s, 17, c->busy_ns);
 			bind_i64(s, 18, c->ret);
+			bind_i64(s, 19, c->sync_ns);
+			bind_i64(s, 20, c->gap_ns);
 		} else if (r.kind == REC_CUDA) {
 			const struct rec_cuda *c = &r.u.cuda;
 

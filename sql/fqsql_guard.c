@@ -402,7 +402,7 @@ fail:
 int fqsql_rearm(sqlite3 *db, const struct fqsql_limits *lim)
 {
 	struct fqsql_state *s = state_find(db);
-	int on = 1, off = 0, rc;
+	int on = 1, off = 0;
 
 	if (!s || !s->guarded || !sqlite3_get_autocommit(db))
 		return -EINVAL;
@@ -415,12 +415,13 @@ int fqsql_rearm(sqlite3 *db, const struct fqsql_limits *lim)
 	    sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, off, NULL) != SQLITE_OK)
 		return -ENOTSUP;
 	set_limits(db, lim);
-	/* The authorizer would deny this PRAGMA: off for it, then on again. */
-	sqlite3_set_authorizer(db, NULL, NULL);
-	rc = sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, NULL);
-	sqlite3_set_authorizer(db, authorize, s);
-	if (rc != SQLITE_OK)
-		return -EIO;
+	/*
+	 * The authorizer and query_only stay as fqsql_open_readonly set them: no
+	 * statement can change them (the authorizer denies every PRAGMA that writes,
+	 * query_only included, and SQL cannot reach sqlite3_set_authorizer). Setting
+	 * them again would expire every prepared statement of the connection, and
+	 * the one agentd keeps for a repeated query would be compiled again.
+	 */
 	s->denied[0] = 0;
 	s->deadline_hit = 0;
 	__atomic_store_n(&s->deadline_ns, 0, __ATOMIC_RELAXED);

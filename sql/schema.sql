@@ -67,7 +67,9 @@ CREATE TABLE IF NOT EXISTS collectives (
 	peer      INTEGER,          -- Send/Recv/Broadcast root/Reduce root, else NULL
 	stream    INTEGER,
 	busy_ns   INTEGER,          -- issuing thread's on-CPU time since its previous collective on this comm
-	ret       INTEGER
+	ret       INTEGER,
+	sync_ns   INTEGER,          -- v3: process's top-level sync wait since its previous collective on this comm
+	gap_ns    INTEGER           -- v3: ns from that collective's enqueue to this one's
 );
 CREATE INDEX IF NOT EXISTS collectives_comm_seq ON collectives (comm_hash, seq);
 -- Every (process, communicator, rank) by a few index probes instead of a scan of every

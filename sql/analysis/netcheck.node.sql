@@ -11,7 +11,7 @@
 --               count as slow windows (0.1: the top decile of wait = dur_ns + sync_ns)
 --
 -- A collective's window runs from its enqueue to its process's next collective on the
--- same communicator (the newest: to the end of its sync wait).
+-- same communicator (the newest, whose sync wait is still open, is in no window).
 -- Columns:
 --   source    'span':     one row per (comm_hash, rank, pid): in_n/out_n = slow/other
 --                         collectives, in_s/out_s = seconds inside/outside slow windows
@@ -96,66 +96,31 @@ cut AS (
 	FROM prm CROSS JOIN newest n
 ),
 win AS (
-	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq
+	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.sync_ns
 	FROM prm CROSS JOIN coll c CROSS JOIN cut u
 	WHERE prm.since_ns > 0
 	  AND c.ts_ns >= prm.since_ns
 	  AND u.comm_hash = c.comm_hash AND NOT u.by_seq
 	  AND c.seq > coalesce(u.seq, -1)
 	UNION ALL
-	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq
+	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.sync_ns
 	FROM prm CROSS JOIN cut u CROSS JOIN coll c
 	WHERE u.by_seq
 	  AND c.comm_hash = u.comm_hash
 	  AND c.seq > coalesce(u.seq, -1)
 	  AND c.ts_ns >= prm.since_ns
 ),
--- sync wait per collective: as in stragglers.node.sql
-pc AS (
-	SELECT pid, comm_hash, min(ts_ns) AS t0 FROM win GROUP BY pid, comm_hash
-),
-sy AS (
-	SELECT pid, ts_ns, dur_ns FROM (
-		-- the running max end before this call (lag of a running max: a frame ending
-		-- at 1 PRECEDING would make SQLite recompute max() for every row)
-		SELECT pid, ts_ns, dur_ns,
-		       lag(ends) OVER (PARTITION BY pid, tid ORDER BY ts_ns, dur_ns DESC)
-			       AS open_until
-		FROM (
-			SELECT k.pid, k.tid, k.ts_ns, k.dur_ns,
-			       max(k.ts_ns + k.dur_ns) OVER (PARTITION BY k.pid, k.tid
-							     ORDER BY k.ts_ns, k.dur_ns DESC
-							     ROWS UNBOUNDED PRECEDING) AS ends
-			FROM cuda_calls k
-			WHERE k.ts_ns >= (SELECT min(t0) FROM pc)
-			  AND k.kind = 'sync'
-			  AND k.pid IN (SELECT pid FROM pc)
-		)
-	)
-	WHERE open_until IS NULL OR ts_ns >= open_until
-),
-ev AS (
-	SELECT pid, comm_hash, ts_ns, 0 AS o, rank, nranks, seq, dur_ns, 0 AS sync_dur FROM win
-	UNION ALL
-	SELECT s.pid, pc.comm_hash, s.ts_ns, 1, NULL, NULL, NULL, NULL, s.dur_ns
-	FROM sy s JOIN pc ON pc.pid = s.pid AND s.ts_ns >= pc.t0
-),
-acc AS (
-	SELECT ev.*,
-	       sum(sync_dur) OVER (PARTITION BY pid, comm_hash ORDER BY ts_ns, o
-				   ROWS UNBOUNDED PRECEDING) AS cum,
-	       sum(sync_dur) OVER (PARTITION BY pid, comm_hash) AS tot
-	FROM ev
-),
 -- windows: wait = enqueue call + sync wait; the window ends at the next collective
+-- (sync wait as in stragglers.node.sql: the next collective's collectives.sync_ns; the
+-- newest one's wait is still open, so it is in neither kind of window)
 w0 AS (
 	SELECT comm_hash, rank, nranks, pid, seq, ts_ns, dur_ns + sync_ns AS wait_ns,
 	       coalesce(next_ts, ts_ns + dur_ns + sync_ns) AS end_ns
 	FROM (
-		SELECT acc.*,
-		       coalesce(lead(cum) OVER w, tot) - cum AS sync_ns,
+		SELECT comm_hash, rank, nranks, pid, seq, ts_ns, dur_ns,
+		       lead(sync_ns) OVER w AS sync_ns,
 		       lead(ts_ns) OVER w AS next_ts
-		FROM acc WHERE o = 0
+		FROM win
 		WINDOW w AS (PARTITION BY pid, comm_hash ORDER BY seq)
 	)
 ),

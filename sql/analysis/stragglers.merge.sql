@@ -32,51 +32,37 @@ prm AS (
 	       coalesce(:min_effect_ns, 20000) AS eff_ns, coalesce(:ratio, 3.0) AS ratio,
 	       coalesce(:hang_ns, 1.5e9) AS hang_ns, coalesce(:all_ranks, 0) AS all_ranks
 ),
--- collectives in the window, enqueue time on the coordinator's clock
+-- collectives in the window, enqueue time on the coordinator's clock (a join, not a
+-- subquery per row: SQLite indexes clock for it)
 coll AS (
-	SELECT r.node, r.comm_hash, r.rank, r.pid, r.nranks, r.seq, r.op, r.busy_ns, r.sync_ns,
-	       r.ts_ns - coalesce((SELECT k.offset_ns FROM clock k WHERE k.node = r.node), 0) AS t
-	FROM results r WHERE r.kind = 'coll'
+	SELECT r.node, r.comm_hash, r.rank, r.pid, r.nranks, r.seq, r.busy_ns, r.sync_ns,
+	       r.gap_ns, r.ts_ns - coalesce(k.offset_ns, 0) AS t
+	FROM results r LEFT JOIN clock k ON k.node = r.node WHERE r.kind = 'coll'
 ),
--- step period of each rank: median gap between consecutive seqs (clock-free)
-gaps AS (
-	SELECT comm_hash, node, rank, pid,
-	       CASE WHEN seq - lag(seq) OVER w = 1 THEN t - lag(t) OVER w END AS d
-	FROM coll
-	WINDOW w AS (PARTITION BY comm_hash, node, rank, pid ORDER BY seq)
-),
--- per rank: busy gap and sync wait (clock-free)
-rk AS (
-	SELECT comm_hash, node, rank, pid, max(nranks) AS nranks,
-	       median(busy_ns) AS busy, median(sync_ns) AS sync
-	FROM coll GROUP BY comm_hash, node, rank, pid
-),
+-- ranks answering in the window, per communicator (the nodes' 'rank' rows)
 nr AS (
-	SELECT comm_hash, count(*) AS n FROM rk GROUP BY comm_hash
+	SELECT comm_hash, count(*) AS n FROM results WHERE kind = 'rank' GROUP BY comm_hash
 ),
--- seqs every answering rank of the communicator reached, and who arrived first
--- (a join, not a subquery per group: SQLite would recompute nr for every seq)
+-- seqs every answering rank of the communicator reached, and who arrived first, from the
+-- nodes' 'seq' rows (their earliest enqueue and how many ranks enqueued it)
 full AS (
 	SELECT g.comm_hash, g.seq, g.t_first
-	FROM (SELECT comm_hash, seq, min(t) AS t_first, count(*) AS k
-	      FROM coll GROUP BY comm_hash, seq) g
+	FROM (SELECT s.comm_hash, s.seq, min(s.ts_ns - coalesce(k.offset_ns, 0)) AS t_first,
+		     sum(s.n) AS k
+	      FROM results s LEFT JOIN clock k ON k.node = s.node
+	      WHERE s.kind = 'seq' GROUP BY s.comm_hash, s.seq) g
 	JOIN nr ON nr.comm_hash = g.comm_hash AND nr.n = g.k
 ),
--- per rank over those seqs: arrival lateness and total sync wait
-rl AS (
-	SELECT c.comm_hash, c.node, c.rank, c.pid, median(c.t - f.t_first) AS late,
-	       sum(c.sync_ns) AS sync_total
-	FROM coll c JOIN full f ON f.comm_hash = c.comm_hash AND f.seq = c.seq
-	GROUP BY c.comm_hash, c.node, c.rank, c.pid
-),
-rs AS (
-	SELECT comm_hash, node, rank, pid, median(d) AS step FROM gaps
-	GROUP BY comm_hash, node, rank, pid
-),
+-- per rank, in one pass over its rows: busy gap, sync wait and step period (clock-free:
+-- gap_ns is the node's own difference), and over the seqs every rank reached, arrival
+-- lateness and total sync wait
 r AS (
-	SELECT rk.*, rl.late, rl.sync_total, rs.step
-	FROM rk LEFT JOIN rl USING (comm_hash, node, rank, pid)
-	LEFT JOIN rs USING (comm_hash, node, rank, pid)
+	SELECT c.comm_hash, c.node, c.rank, c.pid, max(c.nranks) AS nranks,
+	       median(c.busy_ns) AS busy, median(c.sync_ns) AS sync, median(c.gap_ns) AS step,
+	       median(c.t - f.t_first) AS late,
+	       sum(iif(f.seq IS NULL, NULL, c.sync_ns)) AS sync_total
+	FROM coll c LEFT JOIN full f ON f.comm_hash = c.comm_hash AND f.seq = c.seq
+	GROUP BY c.comm_hash, c.node, c.rank, c.pid
 ),
 -- per communicator: centre and spread of each signal; the MAD floor
 cm AS (
@@ -126,8 +112,9 @@ nowr AS (
 -- progress: the newest collective of every rank over all time
 lastr AS (
 	SELECT l.node, l.comm_hash, l.rank, l.pid, l.nranks, l.seq, l.ts_ns, w.now_ns,
-	       l.ts_ns - coalesce((SELECT k.offset_ns FROM clock k WHERE k.node = l.node), 0) AS t
-	FROM results l LEFT JOIN nowr w ON w.node IS l.node WHERE l.kind = 'last'
+	       l.ts_ns - coalesce(k.offset_ns, 0) AS t
+	FROM results l LEFT JOIN nowr w ON w.node IS l.node LEFT JOIN clock k ON k.node = l.node
+	WHERE l.kind = 'last'
 ),
 lc AS (
 	SELECT comm_hash, max(seq) AS maxseq, max(t) AS newest FROM lastr GROUP BY comm_hash

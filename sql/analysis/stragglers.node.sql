@@ -15,13 +15,23 @@
 --             'last': the newest collective of one (comm_hash, rank, pid), over ALL time,
 --                     so the merge sees a rank that stopped even with no rows in the window
 --                     (communicators with a known comm_hash, i.e. seq not NULL)
+--             'seq':  one per (comm_hash, seq) inside the window: ts_ns = the earliest enqueue
+--                     of this node's ranks, n = how many of its ranks enqueued it
+--             'rank': one per (comm_hash, rank, pid) inside the window: nranks, seq = its
+--                     newest seq in the window, n = its rows in the window
 --             'now':  one row, ts_ns = this node's current time (everything else NULL)
 --   comm_hash, rank, nranks, pid, tid, seq, op, ts_ns (enqueue, node clock), dur_ns (enqueue
---   call), busy_ns (on-CPU since the previous collective),
---   sync_ns   ns the issuing process spent blocked in cuda_calls kind = 'sync' between this
---             collective's enqueue and its next collective on the same communicator
---             (for the newest one: until now); a driver call nested inside a runtime call
---             of the same thread (cuStreamSynchronize inside cudaStreamSynchronize) counts once.
+--   call), and three durations since the previous collective of the same process on the
+--   same communicator, as agentd records them (collectives table, docs/schema.md):
+--   busy_ns   on-CPU time of the issuing thread
+--   sync_ns   ns the process spent blocked in synchronize calls (cuda_calls kind = 'sync';
+--             a driver call nested inside a runtime call of the same thread counts once)
+--   gap_ns    ns from the previous collective's enqueue to this one's (clock-free)
+--   Each is NULL for the first collective agentd saw of a process on a communicator, and
+--   sync_ns and gap_ns for collectives recorded before trace schema version 3.
+--   n         'seq' and 'rank' rows: see above
+--   The 'seq' and 'rank' rows are sums of the 'coll' rows, sent so that the merge need not
+--   group every 'coll' row twice more.
 WITH
 prm AS (
 	SELECT coalesce(:since_ns, 0) AS since_ns, :job AS job, :comm AS comm,
@@ -108,7 +118,7 @@ cut AS (
 -- of the table's key ts_ns from :since_ns on; by seq through collectives_comm_seq from the cut on
 win AS (
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
-	       c.busy_ns
+	       c.busy_ns, c.sync_ns, c.gap_ns
 	FROM prm CROSS JOIN coll c CROSS JOIN cut u
 	WHERE prm.since_ns > 0
 	  AND c.ts_ns >= prm.since_ns
@@ -116,66 +126,32 @@ win AS (
 	  AND c.seq > coalesce(u.seq, -1)
 	UNION ALL
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
-	       c.busy_ns
+	       c.busy_ns, c.sync_ns, c.gap_ns
 	FROM prm CROSS JOIN cut u CROSS JOIN coll c
 	WHERE u.by_seq
 	  AND c.comm_hash = u.comm_hash
 	  AND c.seq > coalesce(u.seq, -1)
 	  AND c.ts_ns >= prm.since_ns
 ),
--- where each (process, communicator) starts in the window
-pc AS (
-	SELECT pid, comm_hash, min(ts_ns) AS t0 FROM win GROUP BY pid, comm_hash
-),
--- top-level sync calls of those processes: a call that starts before an earlier call of
--- the same thread has returned is nested inside it (the driver call under the runtime one)
-sy AS (
-	SELECT pid, ts_ns, dur_ns FROM (
-		-- the running max end before this call (lag of a running max: a frame ending
-		-- at 1 PRECEDING would make SQLite recompute max() for every row)
-		SELECT pid, ts_ns, dur_ns,
-		       lag(ends) OVER (PARTITION BY pid, tid ORDER BY ts_ns, dur_ns DESC)
-			       AS open_until
-		FROM (
-			SELECT k.pid, k.tid, k.ts_ns, k.dur_ns,
-			       max(k.ts_ns + k.dur_ns) OVER (PARTITION BY k.pid, k.tid
-							     ORDER BY k.ts_ns, k.dur_ns DESC
-							     ROWS UNBOUNDED PRECEDING) AS ends
-			FROM cuda_calls k
-			WHERE k.ts_ns >= (SELECT min(t0) FROM pc)
-			  AND k.kind = 'sync'
-			  AND k.pid IN (SELECT pid FROM pc)
-		)
-	)
-	WHERE open_until IS NULL OR ts_ns >= open_until
-),
--- every sync call belongs to the newest collective its process enqueued on the same
--- communicator before it, i.e. the interval [ts_ns, LEAD(ts_ns) OVER (PARTITION BY pid,
--- comm_hash ORDER BY seq)). Computed without a join: collectives and syncs in time order,
--- a running sum of sync time, and each collective takes the difference between the
--- running sum at its next collective (or the total, for the newest) and at itself.
-ev AS (
-	SELECT pid, comm_hash, ts_ns, 0 AS o, tid, rank, nranks, seq, op, dur_ns, busy_ns,
-	       0 AS sync_dur
+-- the window, once for the three kinds of rows below
+out AS MATERIALIZED (
+	SELECT comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, dur_ns, busy_ns, sync_ns, gap_ns
 	FROM win
-	UNION ALL
-	SELECT s.pid, pc.comm_hash, s.ts_ns, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.dur_ns
-	FROM sy s JOIN pc ON pc.pid = s.pid AND s.ts_ns >= pc.t0
-),
-acc AS (
-	SELECT ev.*,
-	       sum(sync_dur) OVER (PARTITION BY pid, comm_hash ORDER BY ts_ns, o
-				   ROWS UNBOUNDED PRECEDING) AS cum,
-	       sum(sync_dur) OVER (PARTITION BY pid, comm_hash) AS tot
-	FROM ev
 )
 SELECT 'coll' AS kind, comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, dur_ns, busy_ns,
-       coalesce(lead(cum) OVER (PARTITION BY pid, comm_hash ORDER BY seq), tot) - cum
-	       AS sync_ns
-FROM acc WHERE o = 0
+       sync_ns, gap_ns, NULL AS n
+FROM out
 UNION ALL
-SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, NULL, NULL, NULL
+SELECT 'seq', comm_hash, NULL, NULL, NULL, NULL, seq, NULL, min(ts_ns), NULL, NULL, NULL,
+       NULL, count(*)
+FROM out GROUP BY comm_hash, seq
+UNION ALL
+SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NULL, NULL,
+       NULL, NULL, count(*)
+FROM out GROUP BY comm_hash, rank, pid
+UNION ALL
+SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, NULL, NULL, NULL, NULL, NULL
 FROM last
 UNION ALL
-SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL, NULL, now_ns, NULL, NULL, NULL
+SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL, NULL, now_ns, NULL, NULL, NULL, NULL, NULL
 FROM prm

@@ -388,7 +388,7 @@ static void t_node_contract(void)
 	static const char *const cols[] = { "node",   "kind",   "comm_hash", "rank",
 					    "nranks", "pid",    "tid",	     "seq",
 					    "op",     "ts_ns",  "dur_ns",    "busy_ns",
-					    "sync_ns" };
+					    "sync_ns", "gap_ns", "n" };
 	const char *win[] = { "max_seqs=50", NULL };
 	const char *nojob[] = { "job=nope", NULL };
 	const char *job[] = { "job=4242", "comm=nope", NULL };
@@ -418,24 +418,29 @@ static void t_node_contract(void)
 	free(cause);
 	cause = NULL;
 	if (an_run(node_sql, dump_sql, j.nodes, 1, NULL, NULL, 0, &r, &cause) == 0) {
-		CHECK(r.nrows == 3, "kinds: %zu", r.nrows);
+		CHECK(r.nrows == 5, "kinds: %zu", r.nrows);
 		CHECK(!strcmp(cell(&r, 0, "n"), "800"), "coll rows %s", cell(&r, 0, "n"));
 		CHECK(!strcmp(cell(&r, 1, "n"), "4"), "last rows %s", cell(&r, 1, "n"));
 		CHECK(!strcmp(cell(&r, 2, "n"), "1"), "now rows %s", cell(&r, 2, "n"));
+		CHECK(!strcmp(cell(&r, 3, "n"), "4"), "rank rows %s", cell(&r, 3, "n"));
+		CHECK(!strcmp(cell(&r, 4, "n"), "200") && !strcmp(cell(&r, 4, "q"), "200"),
+		      "seq rows %s, seqs %s", cell(&r, 4, "n"), cell(&r, 4, "q"));
 		sync_plain = atoll(cell(&r, 0, "s"));
 		an_rows_release(&r);
 	}
-	/* sync_ns adds up to every cudaStreamSynchronize after the first enqueue */
-	CHECK(sync_plain == q1(j.paths[0], "SELECT sum(dur_ns) FROM cuda_calls WHERE kind = 'sync'"),
-	      "sum(sync_ns) %lld, want the trace's total", sync_plain);
-	/* a driver call nested inside each runtime call is not counted twice */
-	CHECK(an_exec(j.paths[0], "INSERT INTO cuda_calls (ts_ns, dur_ns, pid, tid, api, kind) "
-		      "SELECT ts_ns + 1000, dur_ns - 2000, pid, tid, 'cuStreamSynchronize', "
-		      "'sync' FROM cuda_calls WHERE api = 'cudaStreamSynchronize'") == 0,
-	      "plant nested syncs");
-	if (an_run(node_sql, dump_sql, j.nodes, 1, NULL, NULL, 0, &r, &cause) == 0) {
-		CHECK(atoll(cell(&r, 0, "s")) == sync_plain, "nested: sum(sync_ns) %s, want %lld",
-		      cell(&r, 0, "s"), sync_plain);
+	/* sync_ns adds up to every cudaStreamSynchronize of a rank from its first enqueue to
+	 * its newest one (the newest one's wait is still open: NULL) */
+	CHECK(sync_plain == q1(j.paths[0], "SELECT sum(s.dur_ns) FROM cuda_calls s WHERE "
+			       "s.kind = 'sync' AND s.ts_ns >= (SELECT min(ts_ns) FROM "
+			       "collectives c WHERE c.pid = s.pid) AND s.ts_ns < (SELECT "
+			       "max(ts_ns) FROM collectives c WHERE c.pid = s.pid)"),
+	      "sum(sync_ns) %lld, want the trace's total before each newest enqueue", sync_plain);
+	CHECK(q1(j.paths[0], "SELECT count(*) FROM collectives WHERE sync_ns IS NULL") == 4,
+	      "the trace: one NULL sync_ns per rank (its first)");
+	if (an_run(node_sql, "SELECT count(*) AS n FROM results WHERE kind = 'coll' AND "
+		   "sync_ns IS NULL", j.nodes, 1, NULL, NULL, 0, &r, &cause) == 0) {
+		CHECK(!strcmp(cell(&r, 0, "n"), "4"), "NULL sync_ns rows %s, want 4 (newest)",
+		      cell(&r, 0, "n"));
 		an_rows_release(&r);
 	}
 	if (an_run(node_sql, dump_sql, j.nodes, 1, win, NULL, 0, &r, &cause) == 0) {

@@ -55,6 +55,30 @@ done
 echo "ok: rank 1 has the largest median busy_ns ($slow_busy)"
 expect "rank with the smallest total sync wait" \
 	"$(q "SELECT p.rank FROM cuda_calls c JOIN processes p USING (pid) WHERE p.job_id = '$JOB' AND c.kind = 'sync' GROUP BY p.rank ORDER BY sum(c.dur_ns) LIMIT 1")" 1
+# collectives.sync_ns, counted by agentd as calls return, equals the trace's own rule: the
+# top-level sync calls of the process that start between its previous collective and this one
+# (a call starting before an earlier call of its thread has returned is nested, not counted;
+# BPF records only the outermost probed call of a thread, so here every call is top-level:
+# the nesting itself is tests/agentd/store/test_syncwait.c)
+TOP="SELECT pid, ts_ns, dur_ns FROM (SELECT pid, ts_ns, dur_ns,
+	lag(ends) OVER (PARTITION BY pid, tid ORDER BY ts_ns, dur_ns DESC) AS open_until
+	FROM (SELECT pid, tid, ts_ns, dur_ns, max(ts_ns + dur_ns) OVER (PARTITION BY pid, tid
+		ORDER BY ts_ns, dur_ns DESC ROWS UNBOUNDED PRECEDING) AS ends
+		FROM cuda_calls WHERE kind = 'sync' AND pid IN ($PIDS)))
+	WHERE open_until IS NULL OR ts_ns >= open_until"
+CS="SELECT pid, seq, ts_ns, sync_ns, gap_ns,
+	lag(ts_ns) OVER (PARTITION BY pid, comm_hash ORDER BY seq) AS prev
+	FROM collectives WHERE pid IN ($PIDS) AND op NOT IN ('Send', 'Recv')"
+expect "sync_ns set on every collective but each rank's first" \
+	"$(q "SELECT count(sync_ns) || ',' || (count(*) - count(sync_ns)) FROM collectives WHERE pid IN ($PIDS)")" \
+	"$((RANKS * (STEPS - 1))),$RANKS"
+expect "sync_ns = the top-level sync calls between a collective and the previous one" \
+	"$(q "WITH t AS ($TOP), c AS ($CS) SELECT count(*) FROM c WHERE prev IS NOT NULL AND
+		sync_ns IS NOT (SELECT coalesce(sum(t.dur_ns), 0) FROM t WHERE t.pid = c.pid AND
+				t.ts_ns >= c.prev AND t.ts_ns < c.ts_ns)")" 0
+expect "gap_ns = enqueue minus the previous enqueue on the communicator" \
+	"$(q "WITH c AS ($CS) SELECT count(gap_ns) || ',' || count(*) FILTER (WHERE prev IS NOT NULL AND gap_ns IS NOT ts_ns - prev) FROM c")" \
+	"$((RANKS * (STEPS - 1))),0"
 expect "meta probe_cost_ns present" "$(q "SELECT value > 0 FROM meta WHERE key = 'probe_cost_ns'")" 1
 expect "meta clock_source present" "$(q "SELECT value LIKE 'realtime%' FROM meta WHERE key = 'clock_source'")" 1
 echo "PASS"

@@ -296,6 +296,7 @@ struct rankstate {
 	int64_t ts, enq;    /* enqueue of this step */
 	int64_t busy_wall;  /* start -> ts */
 	int64_t prev_ret;   /* return of the previous collective */
+	int64_t prev_ts;    /* enqueue of the previous collective */
 	int64_t prev_wait;  /* sync wait since then */
 	int64_t sync_start, sync_end;
 };
@@ -378,6 +379,12 @@ static int simulate(struct gen *g)
 			sqlite3_bind_text(st, 14, "sum", -1, SQLITE_STATIC);
 			sqlite3_bind_int64(st, 15, stream);
 			sqlite3_bind_int64(st, 16, busy_ns);
+			/* sync wait and time since the previous collective: that step's sync
+			 * call, its enqueue */
+			if (seq) {
+				sqlite3_bind_int64(st, 17, s->prev_wait);
+				sqlite3_bind_int64(st, 18, s->ts - s->prev_ts);
+			}
 			ret = ret ?: step_reset(g, S_COLL);
 			s->sync_end = hang ? trace_end :
 					     done + 2000 + (int64_t)(noise(o, rank, seq, N_SYNCEND) *
@@ -390,6 +397,7 @@ static int simulate(struct gen *g)
 			int64_t end = done + 2000 + (int64_t)(noise(o, i, seq, N_SYNCEND) * 8000);
 
 			s->prev_ret = s->ts + s->enq;
+			s->prev_ts = s->ts;
 			s->prev_wait = end - s->sync_start;
 			s->start = end + (int64_t)(POST_FRAC * o->step_ns *
 						   (0.98 + 0.04 * noise(o, i, seq, N_POST)));
@@ -406,8 +414,8 @@ static const char *const inserts[S_N] = {
 	[S_COMM] = "INSERT INTO comms (ts_ns, dur_ns, pid, tid, comm_ptr, comm_hash, rank, nranks, "
 		   "fn, ret) VALUES (?,?,?,?,?,?,?,?,?,0)",
 	[S_COLL] = "INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_ptr, comm_hash, rank, "
-		   "nranks, seq, op, count, bytes, datatype, redop, stream, busy_ns, ret) "
-		   "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+		   "nranks, seq, op, count, bytes, datatype, redop, stream, busy_ns, sync_ns, "
+		   "gap_ns, ret) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
 	[S_CUDA] = "INSERT INTO cuda_calls (ts_ns, dur_ns, pid, tid, api, kind, stream, ret) "
 		   "VALUES (?,?,?,?,?,?,?,0)",
 	[S_OFF] = "INSERT INTO offcpu (ts_ns, dur_ns, pid, tid, reason) VALUES (?,?,?,?,?)",

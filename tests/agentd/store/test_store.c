@@ -120,6 +120,8 @@ static struct rec collective(int64_t ts, int64_t seq)
 	c->peer = REC_NULL;
 	c->stream = 0x55;
 	c->busy_ns = 1000;
+	c->sync_ns = 2000;
+	c->gap_ns = 3000;
 	c->ret = 0;
 	return r;
 }
@@ -161,6 +163,8 @@ static void test_roundtrip(const char *dir)
 	r.u.collective.redop = NULL;
 	r.u.collective.peer = 5;
 	r.u.collective.busy_ns = REC_NULL;
+	r.u.collective.sync_ns = 7654321;
+	r.u.collective.gap_ns = REC_NULL;
 	CHECK_I64(store_put(s, &r), 0);
 
 	memset(&r, 0, sizeof(r));
@@ -206,7 +210,8 @@ static void test_roundtrip(const char *dir)
 		  W_N);
 	CHECK_ROW(db, "SELECT * FROM collectives", W_I(INT64_MAX), W_I(25000), W_I(4242),
 		  W_I(4243), W_I(0x7f0012345678), W_N, W_I(1), W_I(8), W_I(0), W_T("AllReduce"),
-		  W_I(1 << 20), W_I(4 << 20), W_T("float32"), W_N, W_I(5), W_I(0x55), W_N, W_I(0));
+		  W_I(1 << 20), W_I(4 << 20), W_T("float32"), W_N, W_I(5), W_I(0x55), W_N, W_I(0),
+		  W_I(7654321), W_N);
 	CHECK_ROW(db, "SELECT * FROM cuda_calls", W_I(7), W_I(0), W_I(8), W_I(9),
 		  W_T("cudaStreamSynchronize"), W_T("sync"), W_N, W_I(INT64_MIN + 1), W_I(0));
 	CHECK_ROW(db, "SELECT * FROM offcpu", W_I(10), W_I(11), W_I(12), W_I(13), W_T("blocked"));
@@ -833,6 +838,50 @@ static void test_v1_file(const char *dir)
 	}
 }
 
+/*
+ * A version 2 file (the layout of version 3 without collectives.sync_ns and gap_ns) is
+ * upgraded in place: its rows stay, with the two new columns NULL, and new rows have them.
+ */
+static void test_v2_file(const char *dir)
+{
+	struct store_opts o = { .node = "new" };
+	char path[512], moved[600];
+	struct store *s;
+	struct rec r;
+	sqlite3 *db;
+	char *err = NULL;
+
+	snprintf(path, sizeof(path), "%s/v2.db", dir);
+	if (sqlite3_open(path, &db) != SQLITE_OK || fqsql_schema_apply(db, NULL) ||
+	    sqlite3_exec(db,
+			 "ALTER TABLE collectives DROP COLUMN gap_ns;"
+			 "ALTER TABLE collectives DROP COLUMN sync_ns;"
+			 "UPDATE meta SET value = 2 WHERE key = 'schema_version';"
+			 "INSERT INTO collectives (ts_ns, dur_ns, pid, tid, seq, busy_ns) "
+			 "VALUES (100, 1, 2, 3, 4, 5)",
+			 NULL, NULL, &err) != SQLITE_OK)
+		DIE("cannot make a v2 file %s: %s", path, err ? err : sqlite3_errmsg(db));
+	sqlite3_close(db);
+
+	s = open_store(path, &o);
+	r = collective(500, 7);
+	CHECK_I64(store_put(s, &r), 0);
+	CHECK_I64(store_flush(s), 0);
+	store_close(s);
+
+	db = test_reader(path);
+	CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
+		  FQSQL_SCHEMA_VERSION);
+	CHECK_ROW(db, "SELECT ts_ns, seq, busy_ns, sync_ns, gap_ns FROM collectives WHERE ts_ns = 100",
+		  W_I(100), W_I(4), W_I(5), W_N, W_N);
+	CHECK_ROW(db, "SELECT ts_ns, seq, sync_ns, gap_ns FROM collectives WHERE ts_ns = 500",
+		  W_I(500), W_I(7), W_I(2000), W_I(3000));
+	sqlite3_close(db);
+	snprintf(moved, sizeof(moved), "%s.v2", path);
+	CHECK(access(moved, F_OK) != 0);
+	unlink(path);
+}
+
 int main(void)
 {
 	char *dir = test_tmpdir();
@@ -848,6 +897,7 @@ int main(void)
 	test_checkpoint(dir);
 	test_wal_bounded(dir);
 	test_v1_file(dir);
+	test_v2_file(dir);
 	test_rmrf(dir);
 	free(dir);
 	if (test_failures) {
