@@ -76,8 +76,9 @@ expect "sync_ns = the top-level sync calls between a collective and the previous
 	"$(q "WITH t AS ($TOP), c AS ($CS) SELECT count(*) FROM c WHERE prev IS NOT NULL AND
 		sync_ns IS NOT (SELECT coalesce(sum(t.dur_ns), 0) FROM t WHERE t.pid = c.pid AND
 				t.ts_ns >= c.prev AND t.ts_ns < c.ts_ns)")" 0
+# (to 10 ns: two ranks enqueuing in the same ns get the second one's ts_ns moved by the store)
 expect "gap_ns = enqueue minus the previous enqueue on the communicator" \
-	"$(q "WITH c AS ($CS) SELECT count(gap_ns) || ',' || count(*) FILTER (WHERE prev IS NOT NULL AND gap_ns IS NOT ts_ns - prev) FROM c")" \
+	"$(q "WITH c AS ($CS) SELECT count(gap_ns) || ',' || count(*) FILTER (WHERE prev IS NOT NULL AND NOT abs(gap_ns - (ts_ns - prev)) <= 10) FROM c")" \
 	"$((RANKS * (STEPS - 1))),0"
 expect "meta probe_cost_ns present" "$(q "SELECT value > 0 FROM meta WHERE key = 'probe_cost_ns'")" 1
 expect "meta clock_source present" "$(q "SELECT value LIKE 'realtime%' FROM meta WHERE key = 'clock_source'")" 1
