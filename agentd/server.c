@@ -86,6 +86,7 @@ struct server {
 	unsigned long cap_closed; /* connections closed at once since that line */
 	struct wire_buf scratch; /* loop-thread frames: HELLO, PONG, ERROR, END */
 	sqlite3 *meta;		 /* HELLO's view of the meta table */
+	sqlite3_stmt *meta_st;	 /* its query, kept prepared */
 	int64_t schema_version;
 	char clock_source[128];
 };
@@ -191,7 +192,7 @@ static void refresh_meta(struct server *s)
 {
 	static const char sql[] =
 		"SELECT key, value FROM meta WHERE key IN ('schema_version', 'clock_source')";
-	sqlite3_stmt *st = NULL;
+	sqlite3_stmt *st;
 
 	if (!s->meta) {
 		if (sqlite3_open_v2(s->o->db_path, &s->meta,
@@ -204,8 +205,11 @@ static void refresh_meta(struct server *s)
 		/* The loop must not wait on the writer: a busy read keeps the cached values. */
 		sqlite3_busy_timeout(s->meta, 0);
 	}
-	if (sqlite3_prepare_v2(s->meta, sql, -1, &st, NULL) != SQLITE_OK)
-		goto out;
+	if (!s->meta_st &&
+	    sqlite3_prepare_v3(s->meta, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->meta_st, NULL) !=
+		    SQLITE_OK)
+		return;
+	st = s->meta_st;
 	while (sqlite3_step(st) == SQLITE_ROW) {
 		const char *k = (const char *)sqlite3_column_text(st, 0);
 
@@ -218,8 +222,7 @@ static void refresh_meta(struct server *s)
 				 (const char *)sqlite3_column_text(st, 1));
 		}
 	}
-out:
-	sqlite3_finalize(st);
+	sqlite3_reset(st);
 }
 
 static void send_hello(struct conn *c)
@@ -959,6 +962,7 @@ void server_free(struct server *s)
 		event_base_free(s->base);
 	}
 	SSL_CTX_free(s->ctx);
+	sqlite3_finalize(s->meta_st);
 	sqlite3_close(s->meta);
 	wire_buf_release(&s->scratch);
 	query_pool_release(&s->pool);
