@@ -67,6 +67,7 @@ struct conn {
 	struct query *q;	    /* the running query, at most one */
 	char addr[64];		    /* "ip:port" of the client */
 	char id[256];		    /* verified client CN, "" in plaintext */
+	const char *tls;	    /* "full" or "resumed" handshake, "none" in plaintext */
 	int over_cap;		    /* accepted past --max-conns: refuse with BUSY */
 };
 
@@ -417,18 +418,18 @@ static void start_query(struct conn *c, const struct wire_query *m)
 	int running;
 
 	if (s->draining) {
-		log_line("query peer=%s addr=%s id=%llu rows=0 bytes=0 ms=0 status=shutdown",
-			 c->id[0] ? c->id : "-", c->addr, (unsigned long long)m->id);
+		log_line("query peer=%s addr=%s tls=%s id=%llu rows=0 bytes=0 ms=0 status=shutdown",
+			 c->id[0] ? c->id : "-", c->addr, c->tls, (unsigned long long)m->id);
 		send_end(c, m->id, WIRE_E_SHUTDOWN, "agent is shutting down; retry later");
 		return;
 	}
-	c->q = query_start(&s->pool, m, c->id, c->addr, &c->wake, &running);
+	c->q = query_start(&s->pool, m, c->id, c->addr, c->tls, &c->wake, &running);
 	if (c->q)
 		return;
 	if (errno == EBUSY) {
 		snprintf(msg, sizeof(msg), "agent busy: %d queries running, retry", running);
-		log_line("query peer=%s addr=%s id=%llu rows=0 bytes=0 ms=0 status=busy",
-			 c->id[0] ? c->id : "-", c->addr, (unsigned long long)m->id);
+		log_line("query peer=%s addr=%s tls=%s id=%llu rows=0 bytes=0 ms=0 status=busy",
+			 c->id[0] ? c->id : "-", c->addr, c->tls, (unsigned long long)m->id);
 		send_end(c, m->id, WIRE_E_BUSY, msg);
 	} else {
 		snprintf(msg, sizeof(msg), "cannot start a query worker: %s", strerror(errno));
@@ -562,6 +563,7 @@ static void on_handshake(struct conn *c)
 		free(cause);
 		return;
 	}
+	c->tls = SSL_session_reused(c->ssl) ? "resumed" : "full";
 	if (c->over_cap) {
 		refuse_busy(c);
 		return;
@@ -662,6 +664,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	if (!c)
 		goto fail;
 	c->srv = s;
+	c->tls = s->ctx ? "full" : "none";
 	c->over_cap = s->nconns >= s->o->max_conns;
 	format_addr(sa, c->addr, sizeof(c->addr));
 	/* Small frames (HELLO, PONG) carry clock samples: send them at once. */
