@@ -68,6 +68,7 @@ struct conn {
 	char addr[64];		    /* "ip:port" of the client */
 	char id[256];		    /* verified client CN, "" in plaintext */
 	const char *tls;	    /* "full" or "resumed" handshake, "none" in plaintext */
+	int accepted;		    /* tls_peer_check() passed: its session may be resumed */
 	int over_cap;		    /* accepted past --max-conns: refuse with BUSY */
 };
 
@@ -310,6 +311,14 @@ static void conn_free(struct conn *c)
 	}
 	event_del(&c->timer);
 	event_del(&c->wake);
+	/*
+	 * SSL_free() drops the session of a connection that did not send
+	 * close_notify from the cache, so that it cannot be resumed; a client
+	 * that just closes after END (fleetq) would never resume. Its secrets
+	 * are as good as after a clean close: keep it.
+	 */
+	if (c->ssl && c->accepted)
+		SSL_set_shutdown(c->ssl, SSL_get_shutdown(c->ssl) | SSL_SENT_SHUTDOWN);
 	if (c->bev)
 		bufferevent_free(c->bev); /* closes the socket and frees the SSL */
 	TAILQ_REMOVE(&s->conns, c, entry);
@@ -557,6 +566,8 @@ static void on_handshake(struct conn *c)
 
 		log_line("refused client %s: %s", c->addr,
 			 log_escape(esc, sizeof(esc), cause ? cause : "not allowed", 250));
+		/* Its ticket is out already: no session of a refused client stays resumable. */
+		SSL_CTX_remove_session(SSL_get_SSL_CTX(c->ssl), SSL_get0_session(c->ssl));
 		c->id[0] = '\0';
 		c->state = CONN_READY; /* so that send_error's close path runs */
 		send_error(c, WIRE_E_AUTH, "%s", cause ? cause : "client certificate refused");
@@ -564,6 +575,7 @@ static void on_handshake(struct conn *c)
 		return;
 	}
 	c->tls = SSL_session_reused(c->ssl) ? "resumed" : "full";
+	c->accepted = 1;
 	if (c->over_cap) {
 		refuse_busy(c);
 		return;
