@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/x509.h>
 
@@ -379,6 +380,129 @@ void session_offer(SSL *ssl, const char *key)
 	}
 }
 
+/* A DER tag and length (at most 3 length bytes): the header's size, or 0. */
+static size_t der_head(const unsigned char *p, size_t n, size_t *len)
+{
+	size_t k;
+
+	if (n < 2)
+		return 0;
+	if (p[1] < 0x80) {
+		*len = p[1];
+		return 2;
+	}
+	k = p[1] & 0x7f;
+	if (k < 1 || k > 3 || n < 2 + k)
+		return 0;
+	*len = 0;
+	for (size_t i = 0; i < k; i++)
+		*len = *len << 8 | p[2 + i];
+	return 2 + k;
+}
+
+/* a and b resume alike: same secret, ticket, version, cipher and lifetime. */
+static int same_resumption(const SSL_SESSION *a, const SSL_SESSION *b)
+{
+	unsigned char ka[64], kb[64];
+	const unsigned char *ta, *tb;
+	size_t la = SSL_SESSION_get_master_key(a, NULL, 0), tla, tlb;
+	int same;
+
+	if (la > sizeof(ka) || la != SSL_SESSION_get_master_key(b, NULL, 0))
+		return 0;
+	SSL_SESSION_get_master_key(a, ka, la);
+	SSL_SESSION_get_master_key(b, kb, la);
+	SSL_SESSION_get0_ticket(a, &ta, &tla);
+	SSL_SESSION_get0_ticket(b, &tb, &tlb);
+	same = !CRYPTO_memcmp(ka, kb, la) && tla == tlb && (!tla || !memcmp(ta, tb, tla)) &&
+	       SSL_SESSION_get_protocol_version(a) == SSL_SESSION_get_protocol_version(b) &&
+	       SSL_SESSION_get0_cipher(a) && SSL_SESSION_get0_cipher(b) &&
+	       SSL_CIPHER_get_id(SSL_SESSION_get0_cipher(a)) ==
+		       SSL_CIPHER_get_id(SSL_SESSION_get0_cipher(b)) &&
+	       SSL_SESSION_get_time(a) == SSL_SESSION_get_time(b) &&
+	       SSL_SESSION_get_timeout(a) == SSL_SESSION_get_timeout(b) &&
+	       SSL_SESSION_get_ticket_lifetime_hint(a) == SSL_SESSION_get_ticket_lifetime_hint(b);
+	OPENSSL_cleanse(ka, sizeof(ka));
+	OPENSSL_cleanse(kb, sizeof(kb));
+	return same;
+}
+
+/*
+ * Without the agent's certificate: [3] of OpenSSL's SSL_SESSION_ASN1.
+ * OpenSSL 3.0 spends about 100 us decoding a certificate, nearly all of a
+ * d2i_SSL_SESSION, and a client has no use for it once verified (the
+ * session keeps the verdict, and is only offered to the host it was
+ * verified for). The shorter DER is kept only if it decodes to a session
+ * without certificate that resumes alike; else the whole one.
+ */
+unsigned char *session_encode(SSL_SESSION *s, size_t *n)
+{
+	unsigned char *der = NULL, *out = NULL;
+	const unsigned char *p, *end;
+	SSL_SESSION *back = NULL;
+	size_t len, h, body = 0, hs, o;
+	int dn = i2d_SSL_SESSION(s, &der);
+
+	if (dn <= 0 || (size_t)dn > MAX_DER)
+		goto fail;
+	h = der_head(der, (size_t)dn, &len);
+	if (!h || der[0] != 0x30 || h + len != (size_t)dn)
+		goto whole;
+	end = der + dn;
+	for (p = der + h; p < end;) {
+		size_t clen, ch = der_head(p, (size_t)(end - p), &clen);
+
+		if (!ch || clen > (size_t)(end - p) - ch)
+			goto whole;
+		if (p[0] != 0xa3)
+			body += ch + clen;
+		p += ch + clen;
+	}
+	if (body == len)
+		goto whole;
+	hs = body < 0x80 ? 2 : body < 0x100 ? 3 : 4;
+	out = malloc(hs + body);
+	if (!out)
+		goto fail;
+	o = 0;
+	out[o++] = 0x30;
+	if (hs > 2)
+		out[o++] = (unsigned char)(0x80 | (hs - 2));
+	if (hs == 4)
+		out[o++] = (unsigned char)(body >> 8);
+	out[o++] = (unsigned char)body;
+	for (p = der + h; p < end;) {
+		size_t clen, ch = der_head(p, (size_t)(end - p), &clen);
+
+		if (p[0] != 0xa3) {
+			memcpy(out + o, p, ch + clen);
+			o += ch + clen;
+		}
+		p += ch + clen;
+	}
+	p = out;
+	back = d2i_SSL_SESSION(NULL, &p, (long)o);
+	if (back && p == out + o && !SSL_SESSION_get0_peer(back) && same_resumption(s, back)) {
+		SSL_SESSION_free(back);
+		OPENSSL_free(der);
+		*n = o;
+		return out;
+	}
+	SSL_SESSION_free(back);
+	free(out);
+whole:
+	out = malloc((size_t)dn);
+	if (out) {
+		memcpy(out, der, (size_t)dn);
+		*n = (size_t)dn;
+	}
+	OPENSSL_free(der);
+	return out;
+fail:
+	OPENSSL_free(der);
+	return NULL;
+}
+
 /* Under mu: scope's live sessions as the file's bytes (b->oom on failure). */
 static void encode(struct strbuf *b, const char *scope)
 {
@@ -387,10 +511,9 @@ static void encode(struct strbuf *b, const char *scope)
 	sb_add(b, MAGIC, MAGIC_LEN);
 	for (size_t i = 0; i < BUCKETS; i++)
 		for (struct entry *e = tab[i]; e; e = e->next) {
-			unsigned char head[14 + MAX_KEY], sum[SUM_LEN], *der = NULL;
+			unsigned char head[14 + MAX_KEY], sum[SUM_LEN], *der;
 			const char *host = e->key + SESSION_SCOPE_LEN + 1;
-			size_t hl = strlen(host), hlen;
-			int n;
+			size_t hl = strlen(host), hlen, n = 0;
 
 			if (strncmp(e->key, scope, SESSION_SCOPE_LEN) || e->expires <= now ||
 			    hl > MAX_KEY)
@@ -399,20 +522,18 @@ static void encode(struct strbuf *b, const char *scope)
 				/* One whose connection failed is marked so by OpenSSL. */
 				if (!SSL_SESSION_is_resumable(e->s))
 					continue;
-				n = i2d_SSL_SESSION(e->s, &der);
-				if (n <= 0 || (size_t)n > MAX_DER) {
-					OPENSSL_free(der);
+				der = session_encode(e->s, &n);
+				if (!der)
 					continue;
-				}
-				hlen = record_head(head, host, hl, e->expires, (size_t)n);
-				if (record_sum(head, hlen, der, (size_t)n, sum)) {
+				hlen = record_head(head, host, hl, e->expires, n);
+				if (record_sum(head, hlen, der, n, sum)) {
 					b->oom = 1;
 				} else {
 					sb_add(b, head, hlen);
-					sb_add(b, der, (size_t)n);
+					sb_add(b, der, n);
 					sb_add(b, sum, SUM_LEN);
 				}
-				OPENSSL_free(der);
+				free(der);
 			} else if (e->der) {
 				/* Not dialled this time: the file's record, as it was. */
 				hlen = record_head(head, host, hl, e->expires, e->derlen);

@@ -44,6 +44,14 @@ size_t session_load(const char *dir, const char *scope);
 void session_offer(SSL *ssl, const char *key);
 
 /*
+ * s's DER as the cache file keeps it: without the agent's certificate
+ * (decoding it costs more than the rest of the session) when the shorter
+ * DER decodes to a session that resumes alike. malloc'd, its length in *n;
+ * NULL on failure.
+ */
+unsigned char *session_encode(SSL_SESSION *s, size_t *n);
+
+/*
  * Writes scope's live sessions to dir/sessions-SCOPE (created 0700, file
  * 0600, replaced by rename) when any arrived since the last load or save.
  * 0 or -errno; callers may ignore failures, the next run just resumes less.
