@@ -10,12 +10,14 @@
 # (FQ_TLS_TICKETS=stateless, what agentd did before). Baseline in the same run: full
 # handshakes with stateless tickets. Agent CPU is the agents' utime+stime from /proc over
 # the RUNS runs; fleetq per node is (CPU of a run over NODES - CPU of a run over one) /
-# (NODES - 1), so that process start and exit drop out.
+# (NODES - 1), so that process start and exit drop out. Then bench_tls: the same
+# handshakes in one process over memory BIOs, each side's CPU alone, and what a session
+# costs to decode, whole and as fleetq's cache file keeps it.
 #   bench/tls-cost.sh [BUILD_DIR] [NODES] [RUNS]
 . "$(dirname "$0")/lib.sh"
 nodes=${2:-16}
 runs=${3:-40}
-need "$AGENTD" "$FLEETQ" /usr/bin/time
+need "$AGENTD" "$FLEETQ" "$B/bench/bench_tls" /usr/bin/time
 [ "$nodes" -ge 2 ] || die "NODES must be 2 or more"
 tck=$(getconf CLK_TCK)
 
@@ -115,3 +117,4 @@ for m in resumed_stateless full_stateful resumed_stateful tickets0; do
 	result "tls_agent_ms_per_conn_$m" "$(fmt "$a" 3)" ms "$(fmt "$ba" 3)" - -
 	result "tls_fleetq_ms_per_node_$m" "$(fmt "$f" 3)" ms "$(fmt "$bf" 3)" - -
 done
+"$B/bench/bench_tls" "$T/certs" 127.0.0.1 500 || die "bench_tls failed"
