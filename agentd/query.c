@@ -44,6 +44,7 @@ struct query {
 	int64_t start_ns, deadline_ns;
 	char peer[256];
 	char addr[64];
+	const char *tls; /* a literal: how the session began */
 
 	/* Relay: forward to these peers; own rows labelled with label. */
 	size_t npeers;
@@ -880,10 +881,10 @@ static void *worker(void *arg)
 	} else {
 		release_slot(p);
 	}
-	log_line("query peer=%s addr=%s id=%llu rows=%lld bytes=%lld ms=%lld status=%s%s%s%s "
-		 "sql=\"%s\"",
-		 q->peer, q->addr, (unsigned long long)q->id, (long long)r.rows, (long long)r.bytes,
-		 (long long)(elapsed / 1000000),
+	log_line("query peer=%s addr=%s tls=%s id=%llu rows=%lld bytes=%lld ms=%lld "
+		 "status=%s%s%s%s sql=\"%s\"",
+		 q->peer, q->addr, q->tls, (unsigned long long)q->id, (long long)r.rows,
+		 (long long)r.bytes, (long long)(elapsed / 1000000),
 		 rc == -ECANCELED ? "cancelled" : status_word(r.status), r.msg ? " error=\"" : "",
 		 r.msg ? log_escape(msg, sizeof(msg), r.msg, 200) : "", r.msg ? "\"" : "",
 		 log_escape(sql, sizeof(sql), q->sql, 200));
@@ -952,7 +953,7 @@ static int64_t lower(int64_t agent, int64_t client)
 }
 
 struct query *query_start(struct query_pool *p, const struct wire_query *m, const char *peer,
-			  const char *addr, struct event *wake, int *running)
+			  const char *addr, const char *tls, struct event *wake, int *running)
 {
 	struct query *q = NULL;
 	pthread_attr_t attr;
@@ -997,6 +998,7 @@ struct query *query_start(struct query_pool *p, const struct wire_query *m, cons
 	q->deadline_ns = q->start_ns + q->timeout_ms * 1000000;
 	snprintf(q->peer, sizeof(q->peer), "%s", peer && *peer ? peer : "-");
 	snprintf(q->addr, sizeof(q->addr), "%s", addr ? addr : "-");
+	q->tls = tls ? tls : "-";
 	if (!q->ready || copy_request(q, m)) {
 		err = ENOMEM;
 		goto free_q;

@@ -69,12 +69,13 @@ struct query;
 /*
  * Starts a worker for msg (a decoded QUERY; everything is copied). wake is
  * activated whenever frames are ready or the query is done; it must stay
- * valid until query_release(). peer/addr name the client in the log line.
+ * valid until query_release(). peer/addr name the client in the log line,
+ * tls (a string literal: full, resumed, none) how its TLS session began.
  * Returns NULL with errno EBUSY when the pool is full (*running says how
  * many run), or another errno.
  */
 struct query *query_start(struct query_pool *p, const struct wire_query *msg, const char *peer,
-			  const char *addr, struct event *wake, int *running);
+			  const char *addr, const char *tls, struct event *wake, int *running);
 
 /* Loop side: moves ready frames to dst; returns 1 once END has been moved. */
 int query_take(struct query *q, struct evbuffer *dst);

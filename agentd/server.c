@@ -67,6 +67,8 @@ struct conn {
 	struct query *q;	    /* the running query, at most one */
 	char addr[64];		    /* "ip:port" of the client */
 	char id[256];		    /* verified client CN, "" in plaintext */
+	const char *tls;	    /* "full" or "resumed" handshake, "none" in plaintext */
+	int accepted;		    /* tls_peer_check() passed: its session may be resumed */
 	int over_cap;		    /* accepted past --max-conns: refuse with BUSY */
 };
 
@@ -312,6 +314,14 @@ static void conn_free(struct conn *c)
 	}
 	event_del(&c->timer);
 	event_del(&c->wake);
+	/*
+	 * SSL_free() drops the session of a connection that did not send
+	 * close_notify from the cache, so that it cannot be resumed; a client
+	 * that just closes after END (fleetq) would never resume. Its secrets
+	 * are as good as after a clean close: keep it.
+	 */
+	if (c->ssl && c->accepted)
+		SSL_set_shutdown(c->ssl, SSL_get_shutdown(c->ssl) | SSL_SENT_SHUTDOWN);
 	if (c->bev)
 		bufferevent_free(c->bev); /* closes the socket and frees the SSL */
 	TAILQ_REMOVE(&s->conns, c, entry);
@@ -420,18 +430,18 @@ static void start_query(struct conn *c, const struct wire_query *m)
 	int running;
 
 	if (s->draining) {
-		log_line("query peer=%s addr=%s id=%llu rows=0 bytes=0 ms=0 status=shutdown",
-			 c->id[0] ? c->id : "-", c->addr, (unsigned long long)m->id);
+		log_line("query peer=%s addr=%s tls=%s id=%llu rows=0 bytes=0 ms=0 status=shutdown",
+			 c->id[0] ? c->id : "-", c->addr, c->tls, (unsigned long long)m->id);
 		send_end(c, m->id, WIRE_E_SHUTDOWN, "agent is shutting down; retry later");
 		return;
 	}
-	c->q = query_start(&s->pool, m, c->id, c->addr, &c->wake, &running);
+	c->q = query_start(&s->pool, m, c->id, c->addr, c->tls, &c->wake, &running);
 	if (c->q)
 		return;
 	if (errno == EBUSY) {
 		snprintf(msg, sizeof(msg), "agent busy: %d queries running, retry", running);
-		log_line("query peer=%s addr=%s id=%llu rows=0 bytes=0 ms=0 status=busy",
-			 c->id[0] ? c->id : "-", c->addr, (unsigned long long)m->id);
+		log_line("query peer=%s addr=%s tls=%s id=%llu rows=0 bytes=0 ms=0 status=busy",
+			 c->id[0] ? c->id : "-", c->addr, c->tls, (unsigned long long)m->id);
 		send_end(c, m->id, WIRE_E_BUSY, msg);
 	} else {
 		snprintf(msg, sizeof(msg), "cannot start a query worker: %s", strerror(errno));
@@ -559,12 +569,16 @@ static void on_handshake(struct conn *c)
 
 		log_line("refused client %s: %s", c->addr,
 			 log_escape(esc, sizeof(esc), cause ? cause : "not allowed", 250));
+		/* Its ticket is out already: no session of a refused client stays resumable. */
+		SSL_CTX_remove_session(SSL_get_SSL_CTX(c->ssl), SSL_get0_session(c->ssl));
 		c->id[0] = '\0';
 		c->state = CONN_READY; /* so that send_error's close path runs */
 		send_error(c, WIRE_E_AUTH, "%s", cause ? cause : "client certificate refused");
 		free(cause);
 		return;
 	}
+	c->tls = SSL_session_reused(c->ssl) ? "resumed" : "full";
+	c->accepted = 1;
 	if (c->over_cap) {
 		refuse_busy(c);
 		return;
@@ -665,6 +679,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	if (!c)
 		goto fail;
 	c->srv = s;
+	c->tls = s->ctx ? "full" : "none";
 	c->over_cap = s->nconns >= s->o->max_conns;
 	format_addr(sa, c->addr, sizeof(c->addr));
 	/* Small frames (HELLO, PONG) carry clock samples: send them at once. */

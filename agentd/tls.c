@@ -61,6 +61,54 @@ void tls_verdict_attach(SSL *ssl, struct tls_verdict *v)
 	SSL_set_ex_data(ssl, verdict_idx, v);
 }
 
+/*
+ * Resumption (fleetq's cache file and repeated fan-outs, relays): one ticket
+ * per handshake, valid 10 minutes. A resumed session carries the client
+ * certificate that was verified against the CA at its full handshake;
+ * tls_peer_check() runs the --allow-client patterns and the date check on
+ * it again. A certificate reload (SIGHUP) builds a new context, whose empty
+ * cache and new ticket keys end every older session.
+ *
+ * Stateful by default: the ticket is only an id into this context's session
+ * cache. A stateless ticket carries the whole session, client certificate
+ * included, encrypted; OpenSSL 3.0 decodes that certificate again both to
+ * build the ticket (a private copy of the session) and to resume from it,
+ * and that decode is the most expensive part of a full handshake on our
+ * side. FQ_TLS_TICKETS=stateless brings them back, 0 issues none
+ * (bench/tls-cost.sh compares the three).
+ */
+#define TICKET_LIFETIME_S 600
+#define SESSION_CACHE_MAX 256
+
+static int set_tickets(SSL_CTX *ctx, char **cause)
+{
+	const char *how = getenv("FQ_TLS_TICKETS");
+
+	SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"agentd", 6);
+	SSL_CTX_set_timeout(ctx, TICKET_LIFETIME_S);
+	/* About 11 KB a session; the oldest go first, so a client that fills the
+	 * cache only costs others full handshakes. */
+	SSL_CTX_sess_set_cache_size(ctx, SESSION_CACHE_MAX);
+	if (!how || !*how || !strcmp(how, "stateful")) {
+		SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+		SSL_CTX_set_num_tickets(ctx, 1);
+	} else if (!strcmp(how, "stateless")) {
+		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+		SSL_CTX_set_num_tickets(ctx, 1);
+	} else if (!strcmp(how, "0")) {
+		SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+		SSL_CTX_set_num_tickets(ctx, 0);
+	} else {
+		if (asprintf(cause, "FQ_TLS_TICKETS is '%s': use stateful, stateless or 0", how) <
+		    0)
+			*cause = NULL;
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* fopen first: OpenSSL's own message for a missing file names no file. */
 static int readable(const char *what, const char *path, char **cause)
 {
@@ -103,18 +151,8 @@ SSL_CTX *tls_ctx_new(const char *ca, const char *cert, const char *key, char **c
 					 SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
 	/* TLS 1.2 only: forward secrecy and AEAD, nothing else. 1.3 suites are all fine. */
 	SSL_CTX_set_cipher_list(ctx, "ECDHE+AESGCM:ECDHE+CHACHA20");
-	/*
-	 * Resumption (fleetq's repeated fan-outs, relays): one stateless ticket
-	 * per full handshake, valid 10 minutes. A resumed session carries the
-	 * client certificate that was verified against the CA at its full
-	 * handshake, and tls_peer_check() runs the --allow-client patterns on it
-	 * again; a certificate reload (SIGHUP) builds a new context whose new
-	 * ticket keys end every older session.
-	 */
-	SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"agentd", 6);
-	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
-	SSL_CTX_set_timeout(ctx, 600);
-	SSL_CTX_set_num_tickets(ctx, 1);
+	if (set_tickets(ctx, cause))
+		goto fail;
 	SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
 
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
@@ -230,6 +268,12 @@ int tls_peer_check(SSL *ssl, const struct tls_verdict *v, const char *const *all
 	if (err != X509_V_OK) {
 		if (asprintf(cause, "client certificate not trusted: %s (depth %d)",
 			     X509_verify_cert_error_string(err), v ? v->depth : 0) < 0)
+			*cause = NULL;
+		return -EACCES;
+	}
+	/* The chain was verified when the session began; its end date may have passed since. */
+	if (SSL_session_reused(ssl) && X509_cmp_current_time(X509_get0_notAfter(crt)) <= 0) {
+		if (asprintf(cause, "client certificate expired after its session began") < 0)
 			*cause = NULL;
 		return -EACCES;
 	}

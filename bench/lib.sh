@@ -20,6 +20,8 @@ mkdir -p "$CACHE"
 command -v sqlite3 >/dev/null || { echo "bench: needs the sqlite3 CLI" >&2; exit 1; }
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/fq-bench.XXXXXX")
+# fleetq's TLS session cache: this run's own, not the user's
+export XDG_CACHE_HOME=$T/cache
 PIDS=
 cleanup() {
 	for p in $PIDS; do

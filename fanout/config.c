@@ -18,6 +18,7 @@ void config_init(struct fq_config *c)
 	c->fanout = -1;
 	c->timeout = -1;
 	c->connect_timeout = -1;
+	c->session_cache = -1;
 }
 
 void config_release(struct fq_config *c)
@@ -113,9 +114,16 @@ int config_set(struct fq_config *c, const char *key, const char *value, char **c
 			       key, value);
 		return 0;
 	}
+	if (!strcmp(key, "session_cache")) {
+		if (strcmp(value, "yes") && strcmp(value, "no"))
+			return fq_fail(cause, -EINVAL, "invalid session_cache '%s': use yes or no",
+				       value);
+		c->session_cache = value[0] == 'y';
+		return 0;
+	}
 	return fq_fail(cause, -EINVAL,
 		       "unknown setting '%s': use ca, cert, key, port, fanout, timeout, "
-		       "connect_timeout or format",
+		       "connect_timeout, format or session_cache",
 		       key);
 }
 
@@ -255,6 +263,8 @@ int config_overlay(struct fq_config *c, const struct fq_config *over)
 		c->timeout = over->timeout;
 	if (over->connect_timeout > 0)
 		c->connect_timeout = over->connect_timeout;
+	if (over->session_cache >= 0)
+		c->session_cache = over->session_cache;
 	return 0;
 }
 
@@ -268,4 +278,6 @@ void config_defaults(struct fq_config *c)
 		c->timeout = FQ_DEFAULT_TIMEOUT;
 	if (c->connect_timeout <= 0)
 		c->connect_timeout = FQ_DEFAULT_CONNECT_TIMEOUT;
+	if (c->session_cache < 0)
+		c->session_cache = 1;
 }

@@ -19,13 +19,14 @@ struct fq_config {
 	int fanout;
 	double timeout;		/* seconds */
 	double connect_timeout; /* seconds */
+	int session_cache;	/* keep TLS sessions for the next run: 1 yes, 0 no */
 };
 
 /* Every field "not set". */
 void config_init(struct fq_config *c);
 void config_release(struct fq_config *c);
 
-/* Sets one key ("ca", "port", ...) from text. 0 or -EINVAL with *cause. */
+/* Sets one key ("ca", "port", "session_cache" yes|no, ...) from text. 0 or -EINVAL with *cause. */
 int config_set(struct fq_config *c, const char *key, const char *value, char **cause);
 
 /*

@@ -7,7 +7,6 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +27,7 @@
 #include <openssl/x509v3.h>
 
 #include "hostlist.h"
+#include "session.h"
 #include "wire.h"
 
 enum node_state {
@@ -49,6 +49,7 @@ struct node {
 	char *host;
 	int port;
 	int is_ip;
+	char *skey; /* "SCOPE host:port": its TLS session's key (session.h) */
 	enum node_state state;
 	struct evdns_getaddrinfo_request *dns;
 	struct evutil_addrinfo *ai, *ai_next;
@@ -81,6 +82,7 @@ struct fanout {
 	struct event_base *base;
 	struct evdns_base *dns;
 	SSL_CTX *ctx;
+	char scope[SESSION_SCOPE_LEN + 1]; /* of ctx's certificate and CAs */
 	struct event ev_deadline;
 	struct event ev_kick;
 	struct event ev_progress;
@@ -149,95 +151,6 @@ static int is_loopback_name(const char *host)
 	return 0;
 }
 
-/*
- * TLS sessions by host name, for the whole process: the next fan-out to the
- * same host (gate's several fan-outs, a relay's next query) resumes instead
- * of a full handshake. Shared by agentd's relay workers, hence the lock.
- */
-#define SESS_BUCKETS 4096
-
-struct sess {
-	struct sess *next;
-	SSL_SESSION *s;
-	char name[];
-};
-
-static pthread_mutex_t sess_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct sess *sess_tab[SESS_BUCKETS];
-static int sess_idx = -1; /* SSL ex_data: the host name a session is for */
-static pthread_once_t sess_once = PTHREAD_ONCE_INIT;
-
-static size_t sess_hash(const char *name)
-{
-	uint32_t h = 2166136261u;
-
-	for (; *name; name++)
-		h = (h ^ (unsigned char)*name) * 16777619u;
-	return h % SESS_BUCKETS;
-}
-
-static void sess_clear(void)
-{
-	pthread_mutex_lock(&sess_mu);
-	for (size_t i = 0; i < SESS_BUCKETS; i++)
-		while (sess_tab[i]) {
-			struct sess *e = sess_tab[i];
-
-			sess_tab[i] = e->next;
-			SSL_SESSION_free(e->s);
-			free(e);
-		}
-	pthread_mutex_unlock(&sess_mu);
-}
-
-static void sess_init(void)
-{
-	sess_idx = SSL_get_ex_new_index(0, "fleetq host", NULL, NULL, NULL);
-	atexit(sess_clear);
-}
-
-/* Takes a reference of the host's session, or NULL. */
-static SSL_SESSION *sess_get(const char *name)
-{
-	SSL_SESSION *s = NULL;
-
-	pthread_mutex_lock(&sess_mu);
-	for (struct sess *e = sess_tab[sess_hash(name)]; e; e = e->next)
-		if (!strcmp(e->name, name)) {
-			if (SSL_SESSION_is_resumable(e->s) && SSL_SESSION_up_ref(e->s))
-				s = e->s;
-			break;
-		}
-	pthread_mutex_unlock(&sess_mu);
-	return s;
-}
-
-/* OpenSSL's new-session callback: keeps the newest session per host (owns s). */
-static int sess_new_cb(SSL *ssl, SSL_SESSION *s)
-{
-	const char *name = sess_idx >= 0 ? SSL_get_ex_data(ssl, sess_idx) : NULL;
-	struct sess *e, **head;
-
-	if (!name)
-		return 0;
-	pthread_mutex_lock(&sess_mu);
-	head = &sess_tab[sess_hash(name)];
-	for (e = *head; e && strcmp(e->name, name); e = e->next)
-		;
-	if (!e && (e = calloc(1, sizeof(*e) + strlen(name) + 1))) {
-		strcpy(e->name, name);
-		e->next = *head;
-		*head = e;
-	}
-	if (e) {
-		if (e->s)
-			SSL_SESSION_free(e->s);
-		e->s = s;
-	}
-	pthread_mutex_unlock(&sess_mu);
-	return e ? 1 : 0;
-}
-
 static int load_tls(struct fanout *fo, char **cause)
 {
 	const struct fanout_params *p = fo->p;
@@ -268,10 +181,12 @@ static int load_tls(struct fanout *fo, char **cause)
 		return fq_fail(cause, -EINVAL, "client key '%s' does not match certificate '%s'",
 			    p->key, p->cert);
 	SSL_CTX_set_verify(fo->ctx, SSL_VERIFY_PEER, NULL);
-	pthread_once(&sess_once, sess_init);
-	SSL_CTX_set_session_cache_mode(fo->ctx, SSL_SESS_CACHE_CLIENT |
-							SSL_SESS_CACHE_NO_INTERNAL_STORE);
-	SSL_CTX_sess_set_new_cb(fo->ctx, sess_new_cb);
+	session_setup(fo->ctx);
+	if (session_scope(fo->ctx, fo->scope))
+		return fq_fail(cause, -ENOMEM, "cannot fingerprint the client certificate '%s'",
+			       p->cert);
+	if (p->session_dir)
+		session_load(p->session_dir, fo->scope);
 	return 0;
 }
 
@@ -340,6 +255,16 @@ struct fanout *fanout_new(const struct fanout_params *p, char **cause)
 		err = load_tls(fo, cause);
 		if (err)
 			goto fail;
+		for (size_t i = 0; i < fo->n; i++) {
+			struct node *n = &fo->nodes[i];
+
+			err = -ENOMEM;
+			if (asprintf(&n->skey, strchr(n->host, ':') ? "%s [%s]:%d" : "%s %s:%d",
+				     fo->scope, n->host, n->port) < 0) {
+				n->skey = NULL;
+				goto fail;
+			}
+		}
 	}
 	free(starts);
 	return fo;
@@ -403,6 +328,7 @@ void fanout_free(struct fanout *fo)
 	for (size_t i = 0; i < fo->n; i++) {
 		node_release(&fo->nodes[i]);
 		free(fo->nodes[i].host);
+		free(fo->nodes[i].skey);
 		free(fo->nodes[i].last_error);
 	}
 	for (size_t i = 0; fo->infos && i < fo->nh; i++) {
@@ -526,22 +452,16 @@ static void start_session(struct node *n)
 		n->state = N_HELLO;
 	} else {
 		X509_VERIFY_PARAM *vp;
-		SSL_SESSION *sess;
 
 		n->ssl = SSL_new(fo->ctx);
 		if (!n->ssl) {
 			node_finish(n, FQ_TLS, "cannot create TLS session: %s", ssl_reason());
 			return;
 		}
-		/* Resume the last session with this host when there is one. The
-		 * agent's certificate was verified, against this name, when that
-		 * session was made. */
-		SSL_set_ex_data(n->ssl, sess_idx, (void *)n->name);
-		sess = sess_get(n->name);
-		if (sess) {
-			SSL_set_session(n->ssl, sess);
-			SSL_SESSION_free(sess);
-		}
+		/* Resume the last session with this host and port when there is one:
+		 * the agent's certificate was verified, against this name and our
+		 * CAs, when that session was made. */
+		session_offer(n->ssl, n->skey);
 		/* Verify the agent's certificate against the name we dialled. */
 		vp = SSL_get0_param(n->ssl);
 		if (n->is_ip) {
@@ -1310,6 +1230,9 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 out:
 	for (size_t i = 0; i < fo->n; i++)
 		node_release(&fo->nodes[i]);
+	/* The tickets of this run, for the next: a failure only costs handshakes then. */
+	if (fo->ctx && fo->p->session_dir)
+		session_save(fo->p->session_dir, fo->scope);
 	event_del(&fo->ev_deadline);
 	event_del(&fo->ev_kick);
 	event_del(&fo->ev_progress);

@@ -20,6 +20,9 @@ struct fanout_params {
 	size_t nhosts;
 	int port; /* when an entry names none */
 	const char *ca, *cert, *key;
+	/* Folder of the TLS session cache file (fleetq's), so that the next run
+	 * resumes too; NULL: sessions live in this process only (session.h). */
+	const char *session_dir;
 	int insecure;		    /* plaintext, loopback agents only */
 	int window;		    /* connections in flight */
 	int64_t connect_timeout_ms; /* until HELLO */

@@ -60,6 +60,9 @@ static const char usage_text[] =
 	"  --cert FILE              client certificate\n"
 	"  --key FILE               client private key\n"
 	"  --insecure               plaintext, to loopback agents started with --insecure only\n"
+	"  --no-session-cache       full TLS handshakes: neither read nor write the session\n"
+	"                           cache file that lets the next run resume (in\n"
+	"                           $XDG_CACHE_HOME/fleetq, else ~/.cache/fleetq)\n"
 	"\n"
 	"fan-out:\n"
 	"  --fanout N               connections in flight at once (default 128)\n"
@@ -115,8 +118,8 @@ static const char usage_text[] =
 	"\n"
 	"config file: $FLEETQ_CONFIG, else ~/.config/fleetq/config, else\n"
 	"/etc/fleetq/fleetq.conf; 'key = value' lines for ca, cert, key, port, fanout,\n"
-	"timeout, connect_timeout, format. Flags win. Analysis SQL: $FLEETQ_SQL_DIR, else\n"
-	"the installed files, else the ones built in.\n"
+	"timeout, connect_timeout, format, session_cache (yes or no). Flags win.\n"
+	"Analysis SQL: $FLEETQ_SQL_DIR, else the installed files, else the ones built in.\n"
 	"\n"
 	"exit status (the first that applies, top down):\n"
 	"  2  usage, configuration or local error (also a failing --merge query; gate: a\n"
@@ -176,6 +179,7 @@ enum {
 	OPT_TOLERANCE,
 	OPT_MAD_K,
 	OPT_TREE_WIDTH,
+	OPT_NO_SESSION_CACHE,
 };
 
 static const struct option long_opts[] = {
@@ -192,6 +196,7 @@ static const struct option long_opts[] = {
 	{ "min-coverage", required_argument, NULL, OPT_MIN_COVERAGE },
 	{ "max-rows", required_argument, NULL, OPT_MAX_ROWS },
 	{ "insecure", no_argument, NULL, OPT_INSECURE },
+	{ "no-session-cache", no_argument, NULL, OPT_NO_SESSION_CACHE },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, OPT_VERSION },
@@ -532,6 +537,9 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 		case OPT_INSECURE:
 			q->insecure = 1;
 			break;
+		case OPT_NO_SESSION_CACHE:
+			q->flags.session_cache = 0;
+			break;
 		case OPT_SHOW_SQL:
 			q->show_sql = 1;
 			break;
@@ -727,6 +735,25 @@ static int print_ping(struct fanout *fo, struct coverage *cov, struct output *ou
 	return 0;
 }
 
+/*
+ * The session cache folder: $XDG_CACHE_HOME/fleetq, else ~/.cache/fleetq
+ * (XDG: a relative $XDG_CACHE_HOME is ignored). NULL: no cache.
+ */
+static char *session_dir(void)
+{
+	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	char *dir = NULL;
+
+	if (xdg && xdg[0] == '/') {
+		if (asprintf(&dir, "%s/fleetq", xdg) < 0)
+			dir = NULL;
+	} else if (home && home[0] == '/') {
+		if (asprintf(&dir, "%s/.cache/fleetq", home) < 0)
+			dir = NULL;
+	}
+	return dir;
+}
+
 static int64_t realtime_now(void)
 {
 	struct timespec ts;
@@ -773,7 +800,7 @@ static int run(int cmd, struct query_opts *q)
 	struct an_param np[5], mp[2];
 	const char **hosts = NULL;
 	char *cause = NULL, *sql_buf = NULL, *summary = NULL, *common = NULL, *cov_json = NULL;
-	char window[96];
+	char *sess_dir = NULL, window[96];
 	long long fail_rows = 0;
 	int ret, err, format, analysis = cmd == CMD_STRAGGLERS || cmd == CMD_NETCHECK;
 	size_t nnp = 0, nmp = 0, answered;
@@ -914,6 +941,10 @@ static int run(int cmd, struct query_opts *q)
 	fp.ca = conf.ca;
 	fp.cert = conf.cert;
 	fp.key = conf.key;
+	/* Without a folder of its own (no HOME) fleetq still runs, with full handshakes. */
+	if (conf.session_cache && !q->insecure)
+		sess_dir = session_dir();
+	fp.session_dir = sess_dir;
 	fp.insecure = q->insecure;
 	fp.window = conf.fanout;
 	fp.tree_width = q->tree_width;
@@ -1042,6 +1073,7 @@ static int run(int cmd, struct query_opts *q)
 out:
 	free(cause);
 	free(sql_buf);
+	free(sess_dir);
 	free(summary);
 	free(common);
 	free(cov_json);

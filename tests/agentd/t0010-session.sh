@@ -69,5 +69,5 @@ has "$T/out" "1|0.5|00FF"
 
 # One log line per query, naming the peer.
 [ "$(grep -c ' query peer=fleetq-client ' "$T/agentd.log")" = 6 ] || fail "want 6 query log lines"
-has_re "$T/agentd.log" 'query peer=fleetq-client addr=127\.0\.0\.1:[0-9]+ id=1 rows=1000 bytes=[0-9]+ ms=[0-9]+ status=ok sql="SELECT a, b, c, d FROM t ORDER BY a"'
+has_re "$T/agentd.log" 'query peer=fleetq-client addr=127\.0\.0\.1:[0-9]+ tls=full id=1 rows=1000 bytes=[0-9]+ ms=[0-9]+ status=ok sql="SELECT a, b, c, d FROM t ORDER BY a"'
 echo ok

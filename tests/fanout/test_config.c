@@ -40,7 +40,8 @@ int main(void)
 				       "fanout = 64\n"
 				       "timeout = 2.5\n"
 				       "connect_timeout = 1\n"
-				       "format = csv\n");
+				       "format = csv\n"
+				       "session_cache = no\n");
 	CHECK(!config_read_file(&c, path, &cause));
 	CHECK(!cause);
 	if (asprintf(&want, "%s/certs/ca.crt", dir) > 0) {
@@ -57,6 +58,7 @@ int main(void)
 	CHECK(c.timeout == 2.5);
 	CHECK(c.connect_timeout == 1.0);
 	CHECK_STR(c.format, "csv");
+	CHECK(c.session_cache == 0);
 
 	/* Flags win over the file; unset flags leave the file's values. */
 	config_init(&flags);
@@ -66,6 +68,7 @@ int main(void)
 	CHECK(c.port == 7100);
 	CHECK_STR(c.format, "json");
 	CHECK(c.fanout == 64);
+	CHECK(c.session_cache == 0);
 	config_release(&flags);
 
 	/* Environment variable picks the file. */
@@ -116,6 +119,11 @@ int main(void)
 	CHECK(config_read_file(&c, path, &cause) == -EINVAL);
 	free(cause);
 	free(path);
+	path = write_file("bad6.conf", "session_cache = maybe\n");
+	CHECK(config_read_file(&c, path, &cause) == -EINVAL);
+	CHECK(cause && strstr(cause, "maybe") && strstr(cause, "yes or no"));
+	free(cause);
+	free(path);
 
 	/* A failed file leaves the settings alone (bad1.conf set a port first). */
 	CHECK(c.port == -1);
@@ -124,6 +132,7 @@ int main(void)
 	CHECK(c.fanout == FQ_DEFAULT_FANOUT);
 	CHECK(c.timeout == FQ_DEFAULT_TIMEOUT);
 	CHECK(c.connect_timeout == FQ_DEFAULT_CONNECT_TIMEOUT);
+	CHECK(c.session_cache == 1);
 	config_release(&c);
 	{
 		char *cmd;
