@@ -376,8 +376,11 @@ static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *ms
 	}
 	/* Only a node that ended cleanly keeps its rows: anything else would
 	 * pass a partial answer off as complete. */
+	if (fo->p->direct &&
+	    direct_done(fo->p->direct, h, outcome == FQ_OK || outcome == FQ_TRUNCATED))
+		set_fatal(fo, NULL);
 	if (outcome != FQ_OK && outcome != FQ_TRUNCATED && l->rows) {
-		if (merge_drop(fo->m, h, &cause))
+		if (!fo->p->direct && merge_drop(fo->m, h, &cause))
 			set_fatal(fo, cause);
 		fo->rows_total -= l->rows;
 	}
@@ -861,6 +864,12 @@ static void on_columns(struct node *n, struct wire_msg *msg)
 					   names + n->off, &cause);
 	else
 		err = merge_columns(fo->m, nc - n->off, names + n->off, &cause);
+	if (!err && fo->p->direct) {
+		size_t tn;
+		const char *const *tnames = merge_table_columns(fo->m, &tn);
+
+		err = direct_begin(fo->p->direct, tn, tnames);
+	}
 	if (err == -EINVAL) {
 		node_finish(n, FQ_COLUMNS, "%s", cause ? cause : "columns differ");
 		free(cause);
@@ -884,7 +893,8 @@ static void on_columns(struct node *n, struct wire_msg *msg)
 	n->state = N_ROWS;
 }
 
-static void on_rows(struct node *n, struct wire_msg *msg)
+/* frame: the frame msg was decoded from (len bytes). */
+static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, size_t len)
 {
 	struct fanout *fo = n->fo;
 	char *cause = NULL;
@@ -893,6 +903,19 @@ static void on_rows(struct node *n, struct wire_msg *msg)
 	if (msg->u.rows.nrows && msg->u.rows.ncols != n->ncols) {
 		node_finish(n, FQ_PROTOCOL, "ROWS with %zu columns, COLUMNS announced %zu",
 			    msg->u.rows.ncols, n->ncols);
+		return;
+	}
+	/* wire_decode() checked every row: one node's frame is kept whole, read when printed. */
+	if (fo->p->direct && !n->off) {
+		int64_t nr = (int64_t)msg->u.rows.nrows;
+
+		if (nr && direct_frame(fo->p->direct, n->first, frame, len)) {
+			set_fatal(fo, NULL);
+			return;
+		}
+		fo->leaves[n->first].rows += nr;
+		n->rows += nr;
+		fo->rows_total += nr;
 		return;
 	}
 	while ((r = wire_rows_next(msg, fo->vals)) == 1) {
@@ -914,6 +937,8 @@ static void on_rows(struct node *n, struct wire_msg *msg)
 		if (fo->p->sink)
 			err = fo->p->sink->row(fo->p->sink->ctx, h, n->ncols - n->off,
 					       fo->vals + n->off, &cause);
+		else if (fo->p->direct)
+			err = direct_row(fo->p->direct, h, fo->vals + n->off);
 		else
 			err = merge_row(fo->m, h, fo->p->hosts[h], l->rows, fo->vals + n->off,
 					&cause);
@@ -998,7 +1023,7 @@ static int on_frame(struct node *n, const void *frame, size_t len)
 		break;
 	case N_ROWS:
 		if (msg.type == WIRE_ROWS)
-			on_rows(n, &msg);
+			on_rows(n, &msg, frame, len);
 		else if (msg.type == WIRE_END)
 			on_end(n, &msg.u.end);
 		else if (msg.type != WIRE_PONG)

@@ -3,8 +3,8 @@
  * The fan-out: one libevent loop, at most `window` connections in flight,
  * one overall deadline. Each node goes resolving -> connecting -> TLS
  * handshake -> HELLO -> (PING -> PONG)* -> QUERY -> COLUMNS -> ROWS* -> END;
- * rows stream into the merge database, clock samples into its table clock,
- * every node's outcome into the coverage.
+ * rows stream into the merge database (or a plain query's direct output),
+ * clock samples into its table clock, every node's outcome into the coverage.
  */
 #ifndef FLEETQ_FANOUT_H
 #define FLEETQ_FANOUT_H
@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "coverage.h"
+#include "direct.h"
 #include "merge.h"
 
 struct fanout_params {
@@ -50,6 +51,12 @@ struct fanout_params {
 	/* NULL: rows go to the merge, outcomes to the coverage. Else to the sink
 	 * (agentd's relay), and fanout_run() takes NULL for both. */
 	const struct fanout_sink *sink;
+	/*
+	 * NULL: rows go to the merge database. Else rows go to this direct output
+	 * (fleetq's plain query) and the merge only makes the results table, from
+	 * the first node's COLUMNS, which names the columns (and fails as it would).
+	 */
+	struct direct *direct;
 	/* When not NULL, polled every 100 ms: nonzero stops the fan-out
 	 * (fanout_run() fails with -ECANCELED). A relay whose client left. */
 	const int *cancel;

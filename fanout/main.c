@@ -18,6 +18,7 @@
 #include "analysis.h"
 #include "config.h"
 #include "coverage.h"
+#include "direct.h"
 #include "fanout.h"
 #include "gate.h"
 #include "fqsql.h"
@@ -795,6 +796,7 @@ static int run(int cmd, struct query_opts *q)
 	struct merge *m = NULL;
 	struct coverage *cov = NULL;
 	struct output *out = NULL;
+	struct direct *dout = NULL;
 	struct an_plan plan = { 0 };
 	struct an_findings fd = { 0 };
 	struct an_param np[5], mp[2];
@@ -803,6 +805,7 @@ static int run(int cmd, struct query_opts *q)
 	char *sess_dir = NULL, window[96];
 	long long fail_rows = 0;
 	int ret, err, format, analysis = cmd == CMD_STRAGGLERS || cmd == CMD_NETCHECK;
+	int plain = cmd == CMD_QUERY && !q->merge && !q->fail_if;
 	size_t nnp = 0, nmp = 0, answered;
 
 	config_init(&conf);
@@ -966,6 +969,16 @@ static int run(int cmd, struct query_opts *q)
 		ret = gate_main(&q->gate, &fp);
 		goto out;
 	}
+	out = output_new(STDOUT_FILENO, format == FMT_REPORT ? FQ_FMT_TABLE : format);
+	/*
+	 * A plain query prints its rows straight from the wire: SELECT * FROM results
+	 * would only give them back as they went in. The progress line shares a
+	 * terminal with stdout: then nothing prints before the fan-out ends.
+	 */
+	if (out && plain) {
+		dout = direct_new(out, fp.nhosts, hosts, fp.progress && isatty(STDOUT_FILENO));
+		fp.direct = dout;
+	}
 	fo = fanout_new(&fp, &cause);
 	if (!fo) {
 		usage_error("%s", cause ? cause : strerror(errno));
@@ -973,8 +986,7 @@ static int run(int cmd, struct query_opts *q)
 	}
 	m = merge_new(&cause);
 	cov = coverage_new(fp.nhosts, hosts);
-	out = output_new(STDOUT_FILENO, format == FMT_REPORT ? FQ_FMT_TABLE : format);
-	if (!m || !cov || !out) {
+	if (!m || !cov || !out || (plain && !dout)) {
 		usage_error("%s", cause ? cause : "out of memory");
 		goto out;
 	}
@@ -994,6 +1006,13 @@ static int run(int cmd, struct query_opts *q)
 	}
 	switch (cmd) {
 	case CMD_QUERY:
+		if (dout) {
+			err = direct_end(dout, cov_json);
+			ret = err && err != -EPIPE
+				      ? usage_error("cannot write the output: %s", strerror(-err))
+				      : 0;
+			break;
+		}
 		ret = print_results(m, out, !merge_has_table(m) ? NULL
 					    : q->merge	    ? q->merge
 							    : "SELECT * FROM results",
@@ -1079,6 +1098,7 @@ out:
 	free(cov_json);
 	an_findings_release(&fd);
 	an_plan_release(&plan);
+	direct_free(dout);
 	output_free(out);
 	coverage_free(cov);
 	merge_free(m);

@@ -19,6 +19,7 @@ struct merge {
 	sqlite3_stmt *ins;
 	size_t ncols;
 	char **names; /* the first node's column names, as sent */
+	char **cols;  /* the table's column names: node, then names made unique */
 	int in_txn;
 	size_t pending;
 };
@@ -77,15 +78,26 @@ fail:
 	return NULL;
 }
 
+static void forget_columns(struct merge *m)
+{
+	for (size_t i = 0; i < m->ncols; i++)
+		free(m->names[i]);
+	for (size_t i = 0; m->cols && i <= m->ncols; i++)
+		free(m->cols[i]);
+	free(m->names);
+	free(m->cols);
+	m->names = NULL;
+	m->cols = NULL;
+	m->ncols = 0;
+}
+
 void merge_free(struct merge *m)
 {
 	if (!m)
 		return;
 	sqlite3_finalize(m->ins);
 	sqlite3_close(m->db);
-	for (size_t i = 0; i < m->ncols; i++)
-		free(m->names[i]);
-	free(m->names);
+	forget_columns(m);
 	free(m);
 }
 
@@ -97,6 +109,12 @@ sqlite3 *merge_db(struct merge *m)
 int merge_has_table(const struct merge *m)
 {
 	return m->ins != NULL;
+}
+
+const char *const *merge_table_columns(const struct merge *m, size_t *n)
+{
+	*n = m->ins ? m->ncols + 1 : 0;
+	return m->ins ? (const char *const *)m->cols : NULL;
 }
 
 static void sb_ident(struct strbuf *b, const char *s)
@@ -172,6 +190,9 @@ static int create_table(struct merge *m, size_t ncols, const char *const *names,
 		err = db_fail(m->db, "cannot prepare insert", cause);
 		goto out;
 	}
+	/* SELECT * FROM results names its columns so: kept for merge_table_columns(). */
+	m->cols = uniq;
+	uniq = NULL;
 	err = 0;
 out:
 	if (uniq)
@@ -336,11 +357,7 @@ int merge_rename(struct merge *m, const char *name, char **cause)
 		return -EIO;
 	sqlite3_finalize(m->ins);
 	m->ins = NULL;
-	for (size_t i = 0; i < m->ncols; i++)
-		free(m->names[i]);
-	free(m->names);
-	m->names = NULL;
-	m->ncols = 0;
+	forget_columns(m);
 	sb_puts(&b, "ALTER TABLE results RENAME TO ");
 	sb_ident(&b, name);
 	if (b.oom)

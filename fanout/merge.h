@@ -27,6 +27,12 @@ void merge_free(struct merge *m);
  */
 int merge_columns(struct merge *m, size_t ncols, const char *const *names, char **cause);
 int merge_has_table(const struct merge *m);
+/*
+ * The results table's column names as SELECT * FROM results gives them: "node", then the
+ * first node's names made unique. *n = their count; NULL (and 0) before the table exists.
+ * Owned by m, valid until merge_rename() or merge_free().
+ */
+const char *const *merge_table_columns(const struct merge *m, size_t *n);
 
 /* Inserts row number seq (from 0) of node idx. vals has ncols values. */
 int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,

@@ -13,11 +13,16 @@
  *       huge      a header announcing a frame past WIRE_FRAME_MAX
  *       errorauth ERROR WIRE_E_AUTH instead of HELLO, then close
  *       ok        a well-behaved answer: COLUMNS (a, b), 3 rows, END
+ *       values    a well-behaved answer with values a real agent never sends (NaN,
+ *                 -0.0, text with a NUL, invalid UTF-8, ...) and column names that
+ *                 clash ("v", "V", "node", "", "v_2", "w")
  * One connection at a time, forever; the test kills it.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +82,49 @@ static void put_rows(struct wire_buf *b, int n)
 	wire_rows_finish(&w);
 }
 
+/* Every row holds each of these once, shifted by the row number. */
+#define TEXT(s) { .type = WIRE_TEXT, .p = s, .n = sizeof(s) - 1 }
+#define BLOB(s) { .type = WIRE_BLOB, .p = s, .n = sizeof(s) - 1 }
+static const struct wire_value specials[] = {
+	{ .type = WIRE_REAL, .d = NAN },
+	{ .type = WIRE_REAL, .d = -0.0 },
+	{ .type = WIRE_REAL, .d = 0.0 },
+	{ .type = WIRE_REAL, .d = 1.0 },
+	{ .type = WIRE_REAL, .d = 0.1 },
+	{ .type = WIRE_REAL, .d = 1e300 },
+	{ .type = WIRE_REAL, .d = -1e-300 },
+	{ .type = WIRE_REAL, .d = 5e-324 },
+	{ .type = WIRE_REAL, .d = INFINITY },
+	{ .type = WIRE_REAL, .d = -INFINITY },
+	{ .type = WIRE_REAL, .d = -NAN },
+	{ .type = WIRE_INT, .i = INT64_MAX },
+	{ .type = WIRE_INT, .i = INT64_MIN },
+	{ .type = WIRE_INT, .i = 0 },
+	TEXT(""),
+	TEXT("a\0b"),
+	TEXT("\xff\xfe"),
+	TEXT("tab\tnl\ncr\r\\ \"q\" ,"),
+	TEXT("\xc3\xa9\x01\x7f"),
+	BLOB(""),
+	BLOB("\x00\xff"),
+	{ .type = WIRE_NULL },
+};
+#define NSPECIALS (sizeof(specials) / sizeof(specials[0]))
+
+static void put_specials(struct wire_buf *b)
+{
+	struct wire_rows w;
+	struct wire_value v[6];
+
+	wire_rows_begin(&w, b, 6);
+	for (size_t r = 0; r < NSPECIALS; r++) {
+		for (size_t c = 0; c < 6; c++)
+			v[c] = specials[(r + c) % NSPECIALS];
+		wire_rows_add(&w, v);
+	}
+	wire_rows_finish(&w);
+}
+
 static void serve(int fd, const char *mode)
 {
 	static const char *const cols[] = { "a", "b" };
@@ -113,8 +161,16 @@ static void serve(int fd, const char *mode)
 	wire_buf_reset(&b);
 	if (read_frame(fd))
 		goto out;
-	wire_put_columns(&b, 2, cols);
-	put_rows(&b, 3);
+	if (!strcmp(mode, "values")) {
+		static const char *const vcols[] = { "v", "V", "node", "", "v_2", "w" };
+
+		wire_put_columns(&b, 6, vcols);
+		put_specials(&b);
+		e.rows = NSPECIALS;
+	} else {
+		wire_put_columns(&b, 2, cols);
+		put_rows(&b, 3);
+	}
 	if (!strcmp(mode, "badcount"))
 		e.rows = 5;
 	if (strcmp(mode, "partial"))

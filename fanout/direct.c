@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: MIT */
+#include "direct.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One ROWS frame of a host, kept until it is printed. */
+struct chunk {
+	struct chunk *next;
+	size_t host;
+	size_t len;
+	unsigned char data[];
+};
+
+struct host {
+	struct chunk *head, **tail;
+	struct wire_buf b; /* a relay's rows: the frame being built */
+	struct wire_rows w;
+	int open;
+	int done;
+};
+
+struct direct {
+	struct output *out;
+	const char *const *hosts;
+	size_t n;
+	size_t ncols; /* the table's, node included; 0 until direct_begin() */
+	int begun, hold;
+	struct host *hs;
+	size_t next; /* first host whose rows have not gone to the writer */
+	struct wire_value *vals; /* the row being printed */
+	/* The writer. Under mu: q, qtail, ending, abandon. */
+	pthread_t thread;
+	int running;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct chunk *q, **qtail; /* frames to print, in order */
+	int ending;		  /* no more frames will come */
+	int abandon;		  /* print nothing more */
+	int err;		  /* first output error: the writer's while it runs */
+};
+
+struct direct *direct_new(struct output *out, size_t n, const char *const *hosts, int hold)
+{
+	struct direct *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return NULL;
+	d->hs = calloc(n ? n : 1, sizeof(*d->hs));
+	if (!d->hs) {
+		free(d);
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		d->hs[i].tail = &d->hs[i].head;
+		wire_buf_init(&d->hs[i].b);
+	}
+	d->out = out;
+	d->n = n;
+	d->hosts = hosts;
+	d->hold = hold;
+	d->q = NULL;
+	d->qtail = &d->q;
+	pthread_mutex_init(&d->mu, NULL);
+	pthread_cond_init(&d->cv, NULL);
+	return d;
+}
+
+static void free_chunks(struct chunk *c)
+{
+	while (c) {
+		struct chunk *next = c->next;
+
+		free(c);
+		c = next;
+	}
+}
+
+static void stop_writer(struct direct *d, int abandon)
+{
+	if (!d->running)
+		return;
+	pthread_mutex_lock(&d->mu);
+	d->ending = 1;
+	if (abandon)
+		__atomic_store_n(&d->abandon, 1, __ATOMIC_RELAXED);
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+	pthread_join(d->thread, NULL);
+	d->running = 0;
+}
+
+void direct_free(struct direct *d)
+{
+	if (!d)
+		return;
+	stop_writer(d, 1);
+	for (size_t i = 0; i < d->n; i++) {
+		free_chunks(d->hs[i].head);
+		wire_buf_release(&d->hs[i].b);
+	}
+	free_chunks(d->q);
+	free(d->hs);
+	free(d->vals);
+	pthread_mutex_destroy(&d->mu);
+	pthread_cond_destroy(&d->cv);
+	free(d);
+}
+
+/* Prints the rows of one frame after their node's name. 0 or an error of the output. */
+static int print_chunk(struct direct *d, const struct chunk *c)
+{
+	struct wire_value *v = d->vals;
+	const char *node = d->hosts[c->host];
+	struct wire_msg msg;
+	int err, r = 0;
+
+	err = wire_decode(&msg, c->data, c->len, NULL);
+	if (err)
+		return err;
+	if (msg.u.rows.ncols + 1 != d->ncols) {
+		wire_msg_release(&msg);
+		return -EBADMSG;
+	}
+	v[0] = (struct wire_value){ .type = WIRE_TEXT, .p = node, .n = strlen(node) };
+	while (!err && (r = wire_rows_next(&msg, v + 1)) == 1) {
+		/* What the merge database would give back: SQLite stores a NaN as NULL. */
+		for (size_t i = 1; i < d->ncols; i++)
+			if (v[i].type == WIRE_REAL && isnan(v[i].d))
+				v[i].type = WIRE_NULL;
+		err = output_row(d->out, v);
+	}
+	wire_msg_release(&msg);
+	return err ? err : r;
+}
+
+/* Prints a list of frames and frees them; after an output error, only frees. */
+static void print_chunks(struct direct *d, struct chunk *c)
+{
+	while (c) {
+		struct chunk *next = c->next;
+
+		if (!d->err && !__atomic_load_n(&d->abandon, __ATOMIC_RELAXED))
+			d->err = print_chunk(d, c);
+		free(c);
+		c = next;
+	}
+}
+
+static void *writer(void *arg)
+{
+	struct direct *d = arg;
+	struct chunk *c;
+
+	pthread_mutex_lock(&d->mu);
+	for (;;) {
+		while (!d->q && !d->ending)
+			pthread_cond_wait(&d->cv, &d->mu);
+		c = d->q;
+		d->q = NULL;
+		d->qtail = &d->q;
+		if (!c)
+			break;
+		pthread_mutex_unlock(&d->mu);
+		print_chunks(d, c);
+		pthread_mutex_lock(&d->mu);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return NULL;
+}
+
+int direct_begin(struct direct *d, size_t ncols, const char *const *names)
+{
+	int err;
+
+	if (d->begun)
+		return 0;
+	d->vals = calloc(ncols ? ncols : 1, sizeof(*d->vals));
+	if (!d->vals)
+		return -ENOMEM;
+	err = output_begin(d->out, ncols, names);
+	if (err)
+		return err;
+	d->begun = 1;
+	d->ncols = ncols;
+	/* Without a writer (held, or no thread to be had) everything prints at the end. */
+	if (!d->hold && !pthread_create(&d->thread, NULL, writer, d))
+		d->running = 1;
+	return 0;
+}
+
+static void keep(struct host *hs, struct chunk *c)
+{
+	c->next = NULL;
+	*hs->tail = c;
+	hs->tail = &c->next;
+}
+
+int direct_frame(struct direct *d, size_t h, const void *frame, size_t len)
+{
+	struct chunk *c = malloc(sizeof(*c) + len);
+
+	if (!c)
+		return -ENOMEM;
+	c->host = h;
+	c->len = len;
+	memcpy(c->data, frame, len);
+	keep(&d->hs[h], c);
+	return 0;
+}
+
+/* Closes the frame of relayed rows being built for host h and keeps it. */
+static int close_frame(struct direct *d, size_t h)
+{
+	struct host *hs = &d->hs[h];
+	int err;
+
+	hs->open = 0;
+	err = wire_rows_finish(&hs->w);
+	if (!err && hs->b.len)
+		err = direct_frame(d, h, hs->b.data, hs->b.len);
+	wire_buf_reset(&hs->b);
+	return err;
+}
+
+int direct_row(struct direct *d, size_t h, const struct wire_value *vals)
+{
+	struct host *hs = &d->hs[h];
+	int err;
+
+	if (!hs->open) {
+		err = wire_rows_begin(&hs->w, &hs->b, d->ncols - 1);
+		if (err)
+			return err;
+		hs->open = 1;
+	}
+	err = wire_rows_add(&hs->w, vals);
+	if (!err && wire_rows_bytes(&hs->w) >= WIRE_ROWS_TARGET)
+		err = close_frame(d, h);
+	return err;
+}
+
+/* Hands the rows of the finished hosts at the head of the line to the writer. */
+static void advance(struct direct *d)
+{
+	struct chunk *list = NULL, **tail = &list;
+
+	while (d->next < d->n && d->hs[d->next].done) {
+		struct host *hs = &d->hs[d->next++];
+
+		if (hs->head) {
+			*tail = hs->head;
+			tail = hs->tail;
+			hs->head = NULL;
+			hs->tail = &hs->head;
+		}
+	}
+	if (!list)
+		return;
+	pthread_mutex_lock(&d->mu);
+	*d->qtail = list;
+	d->qtail = tail;
+	pthread_cond_signal(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+}
+
+int direct_done(struct direct *d, size_t h, int keep_rows)
+{
+	struct host *hs = &d->hs[h];
+	int err = 0;
+
+	if (hs->done)
+		return 0;
+	hs->done = 1;
+	if (hs->open)
+		err = close_frame(d, h);
+	wire_buf_release(&hs->b);
+	if (!keep_rows || err) {
+		free_chunks(hs->head);
+		hs->head = NULL;
+		hs->tail = &hs->head;
+	}
+	advance(d);
+	return err;
+}
+
+int direct_end(struct direct *d, const char *coverage_json)
+{
+	struct chunk *rest;
+	int err;
+
+	for (size_t h = d->next; h < d->n; h++)
+		direct_done(d, h, 0);
+	if (!d->begun) {
+		err = output_begin(d->out, 0, NULL);
+		if (err)
+			return err;
+		d->begun = 1;
+	}
+	stop_writer(d, 0);
+	/* Held, or no writer: the frames wait in the queue. */
+	rest = d->q;
+	d->q = NULL;
+	d->qtail = &d->q;
+	print_chunks(d, rest);
+	if (d->err)
+		return d->err;
+	return output_end(d->out, coverage_json);
+}

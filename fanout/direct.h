@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Direct output of a plain query (no --merge, no --fail-if): rows go from the
+ * wire to the output without the merge database, yet print as SELECT * FROM
+ * results would print them: hostlist order, then each node's row order, values
+ * as SQLite's round trip leaves them. A node's rows wait, as the ROWS frames
+ * they came in, until it has ended and every node before it has finished; the
+ * rows of a node that failed are dropped unseen. A writer thread prints, so a
+ * slow reader of stdout never holds up the fan-out (its deadline, the agents).
+ */
+#ifndef FLEETQ_DIRECT_H
+#define FLEETQ_DIRECT_H
+
+#include <stddef.h>
+
+#include "output.h"
+#include "wire.h"
+
+struct direct;
+
+/*
+ * Rows of hosts[0..n) (the names outlive d) go to out, which d uses until
+ * direct_end() and the caller owns. hold: print nothing before direct_end()
+ * (stdout is the terminal the progress line is drawn on). NULL and errno on failure.
+ */
+struct direct *direct_new(struct output *out, size_t n, const char *const *hosts, int hold);
+/* Stops the writer (rows not printed yet are dropped) and frees d. */
+void direct_free(struct direct *d);
+
+/*
+ * The results table's columns, node first (merge_table_columns()): begins the
+ * output. Calls after the first do nothing. 0 or -ENOMEM.
+ */
+int direct_begin(struct direct *d, size_t ncols, const char *const *names);
+/*
+ * Keeps a ROWS frame of host h as it arrived (wire_decode() accepted it; its rows
+ * hold the table's columns but node). 0 or -ENOMEM.
+ */
+int direct_frame(struct direct *d, size_t h, const void *frame, size_t len);
+/* Keeps one row of host h, a relay's with its node column left out. 0 or -errno. */
+int direct_row(struct direct *d, size_t h, const struct wire_value *vals);
+/*
+ * Host h has finished: its rows are kept (keep: it ended ok or truncated) or
+ * dropped, and what is now in order goes to the writer. 0 or -errno.
+ */
+int direct_done(struct direct *d, size_t h, int keep);
+/*
+ * After the fan-out: prints what is left (rows of hosts not finished are dropped)
+ * and ends the output with coverage_json (NULL: none). 0 or the first output
+ * error (-EPIPE, ...).
+ */
+int direct_end(struct direct *d, const char *coverage_json);
+
+#endif
