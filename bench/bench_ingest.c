@@ -187,7 +187,7 @@ static void bind_text(sqlite3_stmt *st, int i, const char *v)
 
 enum layout {
 	L_V2,     /* this build's schema */
-	L_V1,     /* the three tables as schema version 1 had them: rowid key, (ts_ns) index */
+	L_V1,     /* the three tables laid out as schema version 1 had them: rowid key, (ts_ns) index */
 	L_BARE,   /* this build's collectives without its secondary indexes */
 };
 
@@ -196,7 +196,8 @@ static const char v1_tables[] =
 	"CREATE TABLE collectives (ts_ns INTEGER NOT NULL, dur_ns INTEGER NOT NULL, "
 	"pid INTEGER NOT NULL, tid INTEGER NOT NULL, comm_ptr INTEGER, comm_hash TEXT, "
 	"rank INTEGER, nranks INTEGER, seq INTEGER, op TEXT, count INTEGER, bytes INTEGER, "
-	"datatype TEXT, redop TEXT, peer INTEGER, stream INTEGER, busy_ns INTEGER, ret INTEGER); "
+	"datatype TEXT, redop TEXT, peer INTEGER, stream INTEGER, busy_ns INTEGER, ret INTEGER, "
+	"sync_ns INTEGER, gap_ns INTEGER); " /* v3's columns: the layout is what is compared */
 	"CREATE INDEX collectives_comm_seq ON collectives (comm_hash, seq); "
 	"CREATE INDEX collectives_ts ON collectives (ts_ns); "
 	"CREATE INDEX collectives_key ON collectives (pid, comm_hash, rank, seq) "
