@@ -155,17 +155,6 @@ expect_err "columns differ: 127.0.0.1:$P4"
 # clash with "node" and each other, an empty name; a stream cut after 3 rows.
 start_agent plain "$T/n1.db" - --insecure
 REAL=$PORT
-fake() {
-	"$FAKEAGENT" "$1" "$T/fake-$1.port" >/dev/null 2>"$T/fake-$1.log" &
-	PIDS="$PIDS $!"
-	i=0
-	while [ ! -s "$T/fake-$1.port" ]; do
-		i=$((i + 1))
-		[ $i -lt 100 ] || fail "fake agent $1 did not start"
-		sleep 0.05
-	done
-	port=$(cat "$T/fake-$1.port")
-}
 fake values
 same --insecure -w "127.0.0.1:$port" "SELECT 1"
 [ "$RC" = 0 ] || fail "fake values: exit $RC"

@@ -12,18 +12,6 @@
 	fail "fq-tracegen"
 start_agent real "$T/n.db" - --insecure; REAL=$PORT
 
-# fake MODE: starts a fake agent; sets port.
-fake() {
-	"$FAKEAGENT" "$1" "$T/fake-$1.port" >/dev/null 2>"$T/fake-$1.log" &
-	PIDS="$PIDS $!"
-	i=0
-	while [ ! -s "$T/fake-$1.port" ]; do
-		i=$((i + 1))
-		[ $i -lt 100 ] || fail "fake agent $1 did not start"
-		sleep 0.05
-	done
-	port=$(cat "$T/fake-$1.port")
-}
 
 Q="SELECT 7 AS a, 'real' AS b"
 for mode in ok partial garbage version badcount huge errorauth; do

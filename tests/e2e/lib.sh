@@ -75,6 +75,19 @@ start_agent() {
 }
 
 # A port nobody listens on: bind one, read it, let it go.
+# fake MODE: starts fq-fakeagent ($FAKEAGENT) in MODE; sets port.
+fake() {
+	"$FAKEAGENT" "$1" "$T/fake-$1.port" >/dev/null 2>"$T/fake-$1.log" &
+	PIDS="$PIDS $!"
+	i=0
+	while [ ! -s "$T/fake-$1.port" ]; do
+		i=$((i + 1))
+		[ $i -lt 100 ] || fail "fake agent $1 did not start"
+		sleep 0.05
+	done
+	port=$(cat "$T/fake-$1.port")
+}
+
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
