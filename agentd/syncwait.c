@@ -14,10 +14,14 @@ struct proc {
 	struct proc *next;
 };
 
+struct call {
+	int64_t start, end, counted;
+};
+
 struct thr {
 	uint32_t tid, pid;
 	int n;
-	int64_t start[SYNCWAIT_KEEP], end[SYNCWAIT_KEEP], counted[SYNCWAIT_KEEP];
+	struct call c[SYNCWAIT_KEEP]; /* counted calls, oldest first */
 	struct thr *next;
 };
 
@@ -107,27 +111,22 @@ int syncwait_call(struct syncwait *w, uint32_t pid, uint32_t tid, int64_t ts, in
 		return -ENOMEM;
 	if (dur < 0)
 		return 0;
-	for (int i = 0; i < t->n; i++) {
-		if (t->start[i] < ts && ts < t->end[i])
+	/* first decide, then change the list: a nested call leaves it as it was */
+	for (int i = 0; i < t->n; i++)
+		if (t->c[i].start < ts && ts < t->c[i].end)
 			return 0; /* starts inside a counted call: nested in it */
-		if (t->start[i] >= ts && t->start[i] < end) {
-			inner += t->counted[i]; /* enclosed: this call counts instead */
+	for (int i = 0; i < t->n; i++) {
+		if (t->c[i].start >= ts && t->c[i].start < end) {
+			inner += t->c[i].counted; /* enclosed: this call counts instead */
 			continue;
 		}
-		t->start[k] = t->start[i];
-		t->end[k] = t->end[i];
-		t->counted[k] = t->counted[i];
-		k++;
+		t->c[k++] = t->c[i];
 	}
 	if (k == SYNCWAIT_KEEP) { /* forget the oldest */
-		memmove(t->start, t->start + 1, (SYNCWAIT_KEEP - 1) * sizeof(t->start[0]));
-		memmove(t->end, t->end + 1, (SYNCWAIT_KEEP - 1) * sizeof(t->end[0]));
-		memmove(t->counted, t->counted + 1, (SYNCWAIT_KEEP - 1) * sizeof(t->counted[0]));
+		memmove(t->c, t->c + 1, (SYNCWAIT_KEEP - 1) * sizeof(t->c[0]));
 		k--;
 	}
-	t->start[k] = ts;
-	t->end[k] = end;
-	t->counted[k] = dur;
+	t->c[k] = (struct call){ .start = ts, .end = end, .counted = dur };
 	t->n = k + 1;
 	p->total_ns += dur - inner;
 	return 0;
