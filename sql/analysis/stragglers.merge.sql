@@ -60,7 +60,7 @@ r AS (
 	SELECT c.comm_hash, c.node, c.rank, c.pid, max(c.nranks) AS nranks,
 	       median(c.busy_ns) AS busy, median(c.sync_ns) AS sync, median(c.gap_ns) AS step,
 	       median(c.t - f.t_first) AS late,
-	       sum(iif(f.seq IS NULL, NULL, c.sync_ns)) AS sync_total
+	       sum(c.sync_ns) FILTER (WHERE f.seq IS NOT NULL) AS sync_total
 	FROM coll c LEFT JOIN full f ON f.seq = c.seq AND f.comm_hash = c.comm_hash
 	-- integers first, in the join and the grouping: SQLite's sorter and the automatic
 	-- index on full compare an integer first key quickly (12% of the merge, 131k rows)

@@ -116,7 +116,8 @@ cut AS (
 ),
 -- the window, two ways in, so that neither reads more than it keeps: by time through a range
 -- of the table's key ts_ns from :since_ns on; by seq through collectives_comm_seq from the cut on
-win AS (
+-- (materialized: the coll, seq and rank rows below all read it)
+win AS MATERIALIZED (
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
 	       c.busy_ns, c.sync_ns, c.gap_ns
 	FROM prm CROSS JOIN coll c CROSS JOIN cut u
@@ -132,23 +133,18 @@ win AS (
 	  AND c.comm_hash = u.comm_hash
 	  AND c.seq > coalesce(u.seq, -1)
 	  AND c.ts_ns >= prm.since_ns
-),
--- the window, once for the three kinds of rows below
-out AS MATERIALIZED (
-	SELECT comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, dur_ns, busy_ns, sync_ns, gap_ns
-	FROM win
 )
 SELECT 'coll' AS kind, comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, dur_ns, busy_ns,
        sync_ns, gap_ns, NULL AS n
-FROM out
+FROM win
 UNION ALL
 SELECT 'seq', comm_hash, NULL, NULL, NULL, NULL, seq, NULL, min(ts_ns), NULL, NULL, NULL,
        NULL, count(*)
-FROM out GROUP BY comm_hash, seq
+FROM win GROUP BY comm_hash, seq
 UNION ALL
 SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NULL, NULL,
        NULL, NULL, count(*)
-FROM out GROUP BY comm_hash, rank, pid
+FROM win GROUP BY comm_hash, rank, pid
 UNION ALL
 SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, NULL, NULL, NULL, NULL, NULL
 FROM last
