@@ -76,18 +76,19 @@ int fqsql_schema_apply(sqlite3 *db, char **cause)
 	 * Version 2 differs from 3 by two columns at the end of collectives: added in
 	 * place (old rows have them NULL), so an agent upgrade keeps the file.
 	 */
-	if (version == 2 &&
-	    sqlite3_exec(db, "ALTER TABLE collectives ADD COLUMN sync_ns INTEGER; "
-			 "ALTER TABLE collectives ADD COLUMN gap_ns INTEGER", NULL, NULL,
-			 &err) != SQLITE_OK) {
-		ret = set_cause(cause, sqlite3_errcode(db) == SQLITE_READONLY ? -EROFS : -EIO,
-				"cannot add collectives.sync_ns and gap_ns to a version 2 trace: %s",
-				err ? err : sqlite3_errmsg(db));
-		sqlite3_free(err);
-		goto out;
-	}
-	if (version == 2)
+	if (version == 2) {
+		if (sqlite3_exec(db, "ALTER TABLE collectives ADD COLUMN sync_ns INTEGER; "
+				 "ALTER TABLE collectives ADD COLUMN gap_ns INTEGER", NULL, NULL,
+				 &err) != SQLITE_OK) {
+			ret = set_cause(cause,
+					sqlite3_errcode(db) == SQLITE_READONLY ? -EROFS : -EIO,
+					"cannot add collectives.sync_ns and gap_ns to a version 2 "
+					"trace: %s", err ? err : sqlite3_errmsg(db));
+			sqlite3_free(err);
+			goto out;
+		}
 		version = FQSQL_SCHEMA_VERSION;
+	}
 	if (version && version < FQSQL_SCHEMA_VERSION) {
 		/* tables of another shape under the same names: never mix the two */
 		ret = set_cause(cause, -ESTALE,
