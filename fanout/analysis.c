@@ -272,14 +272,12 @@ static const char *or_q(const char *s)
 static void count_ranks(sqlite3 *db, int netcheck, struct an_findings *fd)
 {
 	sqlite3_stmt *st = NULL;
-	/* stragglers: the nodes' 'rank' rows when the node file sends them (one per rank,
-	 * instead of a distinct over every collective), else the 'coll' rows */
+	/* stragglers: the nodes' 'rank' rows, one per rank */
 	const char *sql =
 		netcheck ? "SELECT count(*), count(DISTINCT comm_hash) FROM (SELECT DISTINCT "
 			   "comm_hash, node, rank, pid FROM results WHERE source = 'span')"
 			 : "SELECT count(*), count(DISTINCT comm_hash) FROM (SELECT DISTINCT "
-			   "comm_hash, node, rank, pid FROM results WHERE kind = iif(EXISTS "
-			   "(SELECT 1 FROM results WHERE kind = 'rank'), 'rank', 'coll'))";
+			   "comm_hash, node, rank, pid FROM results WHERE kind = 'rank')";
 
 	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
 	    sqlite3_step(st) == SQLITE_ROW) {

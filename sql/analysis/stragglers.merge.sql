@@ -32,13 +32,6 @@ prm AS (
 	       coalesce(:min_effect_ns, 20000) AS eff_ns, coalesce(:ratio, 3.0) AS ratio,
 	       coalesce(:hang_ns, 1.5e9) AS hang_ns, coalesce(:all_ranks, 0) AS all_ranks
 ),
--- collectives in the window, enqueue time on the coordinator's clock (a join, not a
--- subquery per row: SQLite indexes clock for it)
-coll AS (
-	SELECT r.node, r.comm_hash, r.rank, r.pid, r.nranks, r.seq, r.busy_ns, r.sync_ns,
-	       r.gap_ns, r.ts_ns - coalesce(k.offset_ns, 0) AS t
-	FROM results r LEFT JOIN clock k ON k.node = r.node WHERE r.kind = 'coll'
-),
 -- ranks answering in the window, per communicator (the nodes' 'rank' rows)
 nr AS (
 	SELECT comm_hash, count(*) AS n FROM results WHERE kind = 'rank' GROUP BY comm_hash
@@ -53,18 +46,24 @@ full AS (
 	      WHERE s.kind = 'seq' GROUP BY s.comm_hash, s.seq) g
 	JOIN nr ON nr.comm_hash = g.comm_hash AND nr.n = g.k
 ),
--- per rank, in one pass over its rows: busy gap, sync wait and step period (clock-free:
--- gap_ns is the node's own difference), and over the seqs every rank reached, arrival
--- lateness and total sync wait
+-- per rank, from its JSON: busy gap, sync wait and step period (clock-free: gap is the
+-- node's own difference); over the seqs every rank reached, arrival lateness on the
+-- coordinator's clock and total sync wait. The order of the joins is the plan: each member
+-- of ts_by_seq looks full up by (seq, comm_hash) through an automatic index, and the
+-- grouping follows results' rowid, unsorted. (json_each's key is the seq as text.)
 r AS (
-	SELECT c.comm_hash, c.node, c.rank, c.pid, max(c.nranks) AS nranks,
-	       median(c.busy_ns) AS busy, median(c.sync_ns) AS sync, median(c.gap_ns) AS step,
-	       median(c.t - f.t_first) AS late,
-	       sum(c.sync_ns) FILTER (WHERE f.seq IS NOT NULL) AS sync_total
-	FROM coll c LEFT JOIN full f ON f.seq = c.seq AND f.comm_hash = c.comm_hash
-	-- integers first, in the join and the grouping: SQLite's sorter and the automatic
-	-- index on full compare an integer first key quickly (12% of the merge, 131k rows)
-	GROUP BY c.rank, c.pid, c.node, c.comm_hash
+	SELECT x.comm_hash, x.node, x.rank, x.pid, x.nranks,
+	       (SELECT median(value) FROM json_each(x.busy_list)) AS busy,
+	       (SELECT median(value) FROM json_each(x.sync_by_seq)) AS sync,
+	       (SELECT median(value) FROM json_each(x.gap_list)) AS step,
+	       median(j.value - coalesce(k.offset_ns, 0) - f.t_first) AS late,
+	       (SELECT sum(s.value) FROM json_each(x.sync_by_seq) s CROSS JOIN full g
+		WHERE g.seq = s.key + 0 AND g.comm_hash = x.comm_hash) AS sync_total
+	FROM results x CROSS JOIN json_each(x.ts_by_seq) j
+	LEFT JOIN full f ON f.seq = j.key + 0 AND f.comm_hash = x.comm_hash
+	LEFT JOIN clock k ON k.node = x.node
+	WHERE x.kind = 'rank'
+	GROUP BY x.rowid
 ),
 -- per communicator: centre and spread of each signal; the MAD floor
 cm AS (
@@ -155,11 +154,8 @@ v AS (
 	       round(coalesce(f.cstep, (SELECT step FROM cm WHERE cm.comm_hash = u.comm_hash))
 		     / 1e6, 3) AS step_ms,
 	       h.last_seq, iif(h.hung, h.last_seq + 1, NULL) AS stopped_at_seq,
-	       iif(h.hung, coalesce(
-		       (SELECT x.op FROM results x WHERE x.kind = 'last'
-			AND x.comm_hash = u.comm_hash AND x.seq = h.last_seq + 1),
-		       (SELECT x.op FROM results x WHERE x.kind = 'coll'
-			AND x.comm_hash = u.comm_hash AND x.seq = h.last_seq + 1)), NULL)
+	       iif(h.hung, (SELECT x.op FROM results x WHERE x.kind IN ('last', 'seq')
+			AND x.comm_hash = u.comm_hash AND x.seq = h.last_seq + 1 LIMIT 1), NULL)
 		       AS stopped_op,
 	       iif(h.hung, round(h.age_ns / 1e9, 3), NULL) AS stopped_s_ago
 	FROM ranks u

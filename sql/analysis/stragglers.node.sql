@@ -11,27 +11,33 @@
 --              (default: SQLite's clock, to the millisecond)
 --
 -- Columns, the same for every row:
---   kind      'coll': one collective inside the window
+--   kind      'rank': one per (comm_hash, rank, pid) inside the window: nranks, seq = its
+--                     newest seq in the window, n = its collectives in the window, and
+--                     those collectives themselves, as JSON (the last four columns)
+--             'seq':  one per (comm_hash, seq) inside the window: op, ts_ns = the earliest
+--                     enqueue of this node's ranks, n = how many of its ranks enqueued it
 --             'last': the newest collective of one (comm_hash, rank, pid), over ALL time,
 --                     so the merge sees a rank that stopped even with no rows in the window
 --                     (communicators with a known comm_hash, i.e. seq not NULL)
---             'seq':  one per (comm_hash, seq) inside the window: ts_ns = the earliest enqueue
---                     of this node's ranks, n = how many of its ranks enqueued it
---             'rank': one per (comm_hash, rank, pid) inside the window: nranks, seq = its
---                     newest seq in the window, n = its rows in the window
 --             'now':  one row, ts_ns = this node's current time (everything else NULL)
---   comm_hash, rank, nranks, pid, tid, seq, op, ts_ns (enqueue, node clock), dur_ns (enqueue
---   call), and three durations since the previous collective of the same process on the
---   same communicator, as agentd records them (collectives table, docs/schema.md):
---   busy_ns   on-CPU time of the issuing thread
---   sync_ns   ns the process spent blocked in synchronize calls (cuda_calls kind = 'sync';
---             a driver call nested inside a runtime call of the same thread counts once)
---   gap_ns    ns from the previous collective's enqueue to this one's (clock-free)
---   Each is NULL for the first collective agentd saw of a process on a communicator, and
---   sync_ns and gap_ns for collectives recorded before trace schema version 3.
---   n         'seq' and 'rank' rows: see above
---   The 'seq' and 'rank' rows are sums of the 'coll' rows, sent so that the merge need not
---   group every 'coll' row twice more.
+--   comm_hash, rank, nranks, pid, tid, seq, op, ts_ns (enqueue, node clock)
+--   n            'seq' and 'rank' rows: see above
+--   ts_by_seq    'rank' rows: JSON object, seq -> enqueue time (node clock), one member
+--                per collective of the rank in the window
+--   sync_by_seq  'rank' rows: JSON object, seq -> ns the process spent blocked in
+--                synchronize calls since its previous collective on the communicator
+--                (cuda_calls kind = 'sync'; a driver call nested inside a runtime call of
+--                the same thread counts once)
+--   busy_list    'rank' rows: JSON array of the same collectives' busy_ns (on-CPU time of
+--                the issuing thread since the previous collective), in no promised order
+--   gap_list     'rank' rows: the same for gap_ns (enqueue to enqueue, clock-free)
+--   busy, sync and gap are agentd's columns of collectives (docs/schema.md): null for the
+--   first collective agentd saw of a process on a communicator, and sync and gap for
+--   collectives recorded before trace schema version 3.
+--   One row per rank, not one per collective: the merge needs every (rank, seq) enqueue
+--   time, but 131k rows from 256 nodes cost it more to decode, insert and sort than 2k rows
+--   cost it to expand with json_each. Objects keyed by seq, not arrays to be matched by
+--   position: looking up element i of a JSON array walks the i before it.
 WITH
 prm AS (
 	SELECT coalesce(:since_ns, 0) AS since_ns, :job AS job, :comm AS comm,
@@ -116,34 +122,32 @@ cut AS (
 ),
 -- the window, two ways in, so that neither reads more than it keeps: by time through a range
 -- of the table's key ts_ns from :since_ns on; by seq through collectives_comm_seq from the cut on
--- (materialized: the coll, seq and rank rows below all read it)
+-- (materialized: the seq and rank rows below both read it)
 win AS MATERIALIZED (
-	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
-	       c.busy_ns, c.sync_ns, c.gap_ns
+	SELECT c.ts_ns, c.pid, c.comm_hash, c.rank, c.nranks, c.seq, c.op, c.busy_ns,
+	       c.sync_ns, c.gap_ns
 	FROM prm CROSS JOIN coll c CROSS JOIN cut u
 	WHERE prm.since_ns > 0
 	  AND c.ts_ns >= prm.since_ns
 	  AND u.comm_hash = c.comm_hash AND NOT u.by_seq
 	  AND c.seq > coalesce(u.seq, -1)
 	UNION ALL
-	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.op,
-	       c.busy_ns, c.sync_ns, c.gap_ns
+	SELECT c.ts_ns, c.pid, c.comm_hash, c.rank, c.nranks, c.seq, c.op, c.busy_ns,
+	       c.sync_ns, c.gap_ns
 	FROM prm CROSS JOIN cut u CROSS JOIN coll c
 	WHERE u.by_seq
 	  AND c.comm_hash = u.comm_hash
 	  AND c.seq > coalesce(u.seq, -1)
 	  AND c.ts_ns >= prm.since_ns
 )
-SELECT 'coll' AS kind, comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, dur_ns, busy_ns,
-       sync_ns, gap_ns, NULL AS n
-FROM win
-UNION ALL
-SELECT 'seq', comm_hash, NULL, NULL, NULL, NULL, seq, NULL, min(ts_ns), NULL, NULL, NULL,
-       NULL, count(*)
+SELECT 'seq' AS kind, comm_hash, NULL AS rank, NULL AS nranks, NULL AS pid, NULL AS tid, seq,
+       max(op) AS op, min(ts_ns) AS ts_ns, count(*) AS n, NULL AS ts_by_seq,
+       NULL AS sync_by_seq, NULL AS busy_list, NULL AS gap_list
 FROM win GROUP BY comm_hash, seq
 UNION ALL
-SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NULL, NULL,
-       NULL, NULL, count(*)
+SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, count(*),
+       json_group_object(seq, ts_ns), json_group_object(seq, sync_ns),
+       json_group_array(busy_ns), json_group_array(gap_ns)
 FROM win GROUP BY comm_hash, rank, pid
 UNION ALL
 SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, NULL, NULL, NULL, NULL, NULL

@@ -285,6 +285,23 @@ static int64_t q1(const char *path, const char *sql)
 	return v;
 }
 
+/* One text from a read-only query on a trace file (caller frees); NULL on failure. */
+static char *q1s(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *st = NULL;
+	char *v = NULL;
+
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+	    sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+		v = strdup((const char *)sqlite3_column_text(st, 0));
+	CHECK(v != NULL, "%s on %s: %s", sql, path, sqlite3_errmsg(db));
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return v;
+}
+
 static int64_t max_ts(const char *path)
 {
 	return q1(path, "SELECT max(ts_ns) FROM collectives");
@@ -385,10 +402,10 @@ static void t_clock(void)
 /* The node file's contract: columns, window, filters, sync_ns counted once. */
 static void t_node_contract(void)
 {
-	static const char *const cols[] = { "node",   "kind",   "comm_hash", "rank",
-					    "nranks", "pid",    "tid",	     "seq",
-					    "op",     "ts_ns",  "dur_ns",    "busy_ns",
-					    "sync_ns", "gap_ns", "n" };
+	static const char *const cols[] = { "node",	 "kind",	"comm_hash", "rank",
+					    "nranks",	 "pid",		"tid",	     "seq",
+					    "op",	 "ts_ns",	"n",	     "ts_by_seq",
+					    "sync_by_seq", "busy_list", "gap_list" };
 	const char *win[] = { "max_seqs=50", NULL };
 	const char *nojob[] = { "job=nope", NULL };
 	const char *job[] = { "job=4242", "comm=nope", NULL };
@@ -396,8 +413,26 @@ static void t_node_contract(void)
 	char since_s[64];
 	struct job j;
 	struct an_rows r;
-	char *dump_sql = "SELECT kind, count(*) AS n, sum(sync_ns) AS s, count(DISTINCT seq) AS q "
-			 "FROM results GROUP BY kind ORDER BY kind";
+	/* the rows by kind, each 'rank' row's collectives counted as 'coll' */
+	char *dump_sql = "WITH e AS (SELECT kind, seq, NULL AS sync_ns FROM results UNION ALL "
+			 "SELECT 'coll', j.key + 0, j.value FROM results x, "
+			 "json_each(x.sync_by_seq) j WHERE x.kind = 'rank') "
+			 "SELECT kind, count(*) AS n, sum(sync_ns) AS s, count(DISTINCT seq) AS q "
+			 "FROM e GROUP BY kind ORDER BY kind";
+	/* every collective of the trace once, paired with its own seq: sums of seq x ts,
+	 * busy, sync and gap, from the trace and from the 'rank' rows */
+	const char *sums_trace = "SELECT printf('%lld %lld %lld %lld %lld', count(*), "
+				 "sum((seq + 1) * (ts_ns % 1000003)), sum(busy_ns), "
+				 "sum((seq + 1) * (sync_ns % 1000003)), sum(gap_ns)) "
+				 "FROM collectives WHERE op NOT IN ('Send', 'Recv')";
+	const char *sums_rows =
+		"SELECT printf('%lld %lld %lld %lld %lld', (SELECT sum(n) FROM results WHERE "
+		"kind = 'rank'), (SELECT sum((j.key + 1) * (j.value % 1000003)) FROM results x, "
+		"json_each(x.ts_by_seq) j WHERE x.kind = 'rank'), (SELECT sum(j.value) FROM "
+		"results x, json_each(x.busy_list) j WHERE x.kind = 'rank'), (SELECT "
+		"sum((j.key + 1) * (j.value % 1000003)) FROM results x, json_each(x.sync_by_seq) "
+		"j WHERE x.kind = 'rank'), (SELECT sum(j.value) FROM results x, "
+		"json_each(x.gap_list) j WHERE x.kind = 'rank')) AS v";
 	const char *ns = "stragglers.node.sql";
 	char *node_sql = sqlfile(ns), *cause = NULL;
 	long long sync_plain = -1;
@@ -437,8 +472,18 @@ static void t_node_contract(void)
 	      "sum(sync_ns) %lld, want the trace's total before each newest enqueue", sync_plain);
 	CHECK(q1(j.paths[0], "SELECT count(*) FROM collectives WHERE sync_ns IS NULL") == 4,
 	      "the trace: one NULL sync_ns per rank (its first)");
-	if (an_run(node_sql, "SELECT count(*) AS n FROM results WHERE kind = 'coll' AND "
-		   "sync_ns IS NULL", j.nodes, 1, NULL, NULL, 0, &r, &cause) == 0) {
+	if (an_run(node_sql, sums_rows, j.nodes, 1, NULL, NULL, 0, &r, &cause) == 0) {
+		char *want = q1s(j.paths[0], sums_trace);
+
+		CHECK(want && !strcmp(cell(&r, 0, "v"), want),
+		      "the 'rank' rows' collectives: %s, the trace's: %s", cell(&r, 0, "v"),
+		      want ? want : "?");
+		free(want);
+		an_rows_release(&r);
+	}
+	if (an_run(node_sql, "SELECT count(*) AS n FROM results x, json_each(x.sync_by_seq) j "
+		   "WHERE x.kind = 'rank' AND j.value IS NULL", j.nodes, 1, NULL, NULL, 0, &r,
+		   &cause) == 0) {
 		CHECK(!strcmp(cell(&r, 0, "n"), "4"), "NULL sync_ns rows %s, want 4 (newest)",
 		      cell(&r, 0, "n"));
 		an_rows_release(&r);
@@ -476,7 +521,9 @@ static void t_node_contract(void)
 static void t_guard(void)
 {
 	static const char *const files[][2] = {
-		{ "stragglers.node.sql", "SELECT count(*) AS n, sum(sync_ns) AS s FROM results" },
+		{ "stragglers.node.sql",
+		  "SELECT count(*) AS n, sum(n) || ':' || sum(length(ts_by_seq) + "
+		  "length(sync_by_seq) + length(busy_list) + length(gap_list)) AS s FROM results" },
 		{ "netcheck.node.sql", "SELECT count(*) AS n, NULL AS s FROM results" },
 	};
 	struct job j;

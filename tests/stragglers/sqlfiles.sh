@@ -54,8 +54,8 @@ done
 # 3. adapted files: the user's folder wins; a broken file fails once, locally, naming it
 mkdir "$T/sql"
 cp "$SRC"/*.sql "$T/sql/"
-sed -i 's/^SELECT .coll. AS kind,/SELECT :foo AS foo, '"'"'coll'"'"' AS kind,/' "$T/sql/stragglers.node.sql"
-sed -i 's/^SELECT .\(last\|now\|seq\|rank\).,/SELECT NULL, '"'"'\1'"'"',/' \
+sed -i 's/^SELECT .seq. AS kind,/SELECT :foo AS foo, '"'"'seq'"'"' AS kind,/' "$T/sql/stragglers.node.sql"
+sed -i 's/^SELECT .\(last\|now\|rank\).,/SELECT NULL, '"'"'\1'"'"',/' \
 	"$T/sql/stragglers.node.sql"
 FLEETQ_SQL_DIR=$T/sql "$FLEETQ" stragglers --show-sql >"$T/out" 2>"$T/err" ||
 	fail "adapted file: $(cat "$T/err")"
