@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "merge.h"
+
 /* One ROWS frame of a host, kept until it is printed. */
 struct chunk {
 	struct chunk *next;
@@ -21,10 +23,12 @@ struct host {
 	struct wire_rows w;
 	int open;
 	int done;
+	int64_t rows; /* merged so far: the next row's number (the writer's) */
 };
 
 struct direct {
-	struct output *out;
+	struct output *out; /* the consumer: out, or else m */
+	struct merge *m;
 	const char *const *hosts;
 	size_t n;
 	size_t ncols; /* the table's, node included; 0 until direct_begin() */
@@ -41,9 +45,10 @@ struct direct {
 	int ending;		  /* no more frames will come */
 	int abandon;		  /* print nothing more */
 	int err;		  /* first output error: the writer's while it runs */
+	char *cause;		  /* the merge's words for err */
 };
 
-struct direct *direct_new(struct output *out, size_t n, const char *const *hosts, int hold)
+static struct direct *direct_alloc(size_t n, const char *const *hosts)
 {
 	struct direct *d = calloc(1, sizeof(*d));
 
@@ -59,14 +64,32 @@ struct direct *direct_new(struct output *out, size_t n, const char *const *hosts
 		d->hs[i].tail = &d->hs[i].head;
 		wire_buf_init(&d->hs[i].b);
 	}
-	d->out = out;
 	d->n = n;
 	d->hosts = hosts;
-	d->hold = hold;
 	d->q = NULL;
 	d->qtail = &d->q;
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->cv, NULL);
+	return d;
+}
+
+struct direct *direct_new(struct output *out, size_t n, const char *const *hosts, int hold)
+{
+	struct direct *d = direct_alloc(n, hosts);
+
+	if (d) {
+		d->out = out;
+		d->hold = hold;
+	}
+	return d;
+}
+
+struct direct *direct_new_merge(struct merge *m, size_t n, const char *const *hosts)
+{
+	struct direct *d = direct_alloc(n, hosts);
+
+	if (d)
+		d->m = m;
 	return d;
 }
 
@@ -106,12 +129,16 @@ void direct_free(struct direct *d)
 	free_chunks(d->q);
 	free(d->hs);
 	free(d->vals);
+	free(d->cause);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->cv);
 	free(d);
 }
 
-/* Prints the rows of one frame after their node's name. 0 or an error of the output. */
+/*
+ * Prints the rows of one frame after their node's name, or inserts them into the
+ * merge. 0 or an error of the output or the merge.
+ */
 static int print_chunk(struct direct *d, const struct chunk *c)
 {
 	struct wire_value *v = d->vals;
@@ -128,6 +155,11 @@ static int print_chunk(struct direct *d, const struct chunk *c)
 	}
 	v[0] = (struct wire_value){ .type = WIRE_TEXT, .p = node, .n = strlen(node) };
 	while (!err && (r = wire_rows_next(&msg, v + 1)) == 1) {
+		if (d->m) {
+			err = merge_row(d->m, c->host, node, d->hs[c->host].rows++, v + 1,
+					&d->cause);
+			continue;
+		}
 		/* What the merge database would give back: SQLite stores a NaN as NULL. */
 		for (size_t i = 1; i < d->ncols; i++)
 			if (v[i].type == WIRE_REAL && isnan(v[i].d))
@@ -182,7 +214,7 @@ int direct_begin(struct direct *d, size_t ncols, const char *const *names)
 	d->vals = calloc(ncols ? ncols : 1, sizeof(*d->vals));
 	if (!d->vals)
 		return -ENOMEM;
-	err = output_begin(d->out, ncols, names);
+	err = d->out ? output_begin(d->out, ncols, names) : 0;
 	if (err)
 		return err;
 	d->begun = 1;
@@ -288,26 +320,37 @@ int direct_done(struct direct *d, size_t h, int keep_rows)
 	return err;
 }
 
-int direct_end(struct direct *d, const char *coverage_json)
+int direct_drain(struct direct *d, char **cause)
 {
 	struct chunk *rest;
-	int err;
 
 	for (size_t h = d->next; h < d->n; h++)
 		direct_done(d, h, 0);
-	if (!d->begun) {
-		err = output_begin(d->out, 0, NULL);
-		if (err)
-			return err;
-		d->begun = 1;
-	}
 	stop_writer(d, 0);
 	/* Held, or no writer: the frames wait in the queue. */
 	rest = d->q;
 	d->q = NULL;
 	d->qtail = &d->q;
 	print_chunks(d, rest);
-	if (d->err)
-		return d->err;
+	if (d->err && cause) {
+		*cause = d->cause;
+		d->cause = NULL;
+	}
+	return d->err;
+}
+
+int direct_end(struct direct *d, const char *coverage_json)
+{
+	int err;
+
+	if (!d->begun) {
+		err = output_begin(d->out, 0, NULL);
+		if (err)
+			return err;
+		d->begun = 1;
+	}
+	err = direct_drain(d, NULL);
+	if (err)
+		return err;
 	return output_end(d->out, coverage_json);
 }

@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Direct output of a plain query (no --merge, no --fail-if): rows go from the
- * wire to the output without the merge database, yet print as SELECT * FROM
- * results would print them: hostlist order, then each node's row order, values
- * as SQLite's round trip leaves them. A node's rows wait, as the ROWS frames
- * they came in, until it has ended and every node before it has finished; the
- * rows of a node that failed are dropped unseen. A writer thread prints, so a
- * slow reader of stdout never holds up the fan-out (its deadline, the agents).
+ * Rows in hostlist order, then each node's row order, off the fan-out's thread.
+ * A node's rows wait, as the ROWS frames they came in, until it has ended and
+ * every node before it has finished; the rows of a node that failed are dropped
+ * unseen. A writer thread then hands them to one of two consumers:
+ * - the output: a plain query (no --merge, no --fail-if) prints without the
+ *   merge database, yet as SELECT * FROM results would print, values as
+ *   SQLite's round trip leaves them; a slow reader of stdout never holds up the
+ *   fan-out (its deadline, the agents);
+ * - the merge database: fanout_run() fills it so. In order, every insert
+ *   appends to the table's b-tree (row ids are node index, row number), where
+ *   rows inserted as they arrive, nodes interleaved, landed mid-tree; and the
+ *   decoding and inserting run beside the fan-out's TLS and network work.
  */
 #ifndef FLEETQ_DIRECT_H
 #define FLEETQ_DIRECT_H
@@ -17,6 +22,7 @@
 #include "wire.h"
 
 struct direct;
+struct merge;
 
 /*
  * Rows of hosts[0..n) (the names outlive d) go to out, which d uses until
@@ -24,6 +30,12 @@ struct direct;
  * (stdout is the terminal the progress line is drawn on). NULL and errno on failure.
  */
 struct direct *direct_new(struct output *out, size_t n, const char *const *hosts, int hold);
+/*
+ * Rows of hosts[0..n) go into m's results table (merge_row(): created by
+ * merge_columns() before direct_begin()), which only d's writer may use until
+ * direct_drain(). NULL and errno on failure.
+ */
+struct direct *direct_new_merge(struct merge *m, size_t n, const char *const *hosts);
 /* Stops the writer (rows not printed yet are dropped) and frees d. */
 void direct_free(struct direct *d);
 
@@ -45,9 +57,14 @@ int direct_row(struct direct *d, size_t h, const struct wire_value *vals);
  */
 int direct_done(struct direct *d, size_t h, int keep);
 /*
- * After the fan-out: prints what is left (rows of hosts not finished are dropped)
- * and ends the output with coverage_json (NULL: none). 0 or the first output
- * error (-EPIPE, ...).
+ * After the fan-out: hands what is left to the consumer (rows of hosts not
+ * finished are dropped) and stops the writer. 0 or the first error of the
+ * consumer (-EPIPE, ...; a merge's with *cause, the caller's to free).
+ */
+int direct_drain(struct direct *d, char **cause);
+/*
+ * The output's direct_drain(), then ends the output with coverage_json (NULL:
+ * none). 0 or the first output error.
  */
 int direct_end(struct direct *d, const char *coverage_json);
 

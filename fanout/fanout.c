@@ -95,6 +95,8 @@ struct fanout {
 	struct leaf *leaves;
 	struct fanout_node_info *infos;
 	struct merge *m;
+	/* rows in hostlist order: p->direct, or the merge's (fanout_run() owns it) */
+	struct direct *dq;
 	struct coverage *cov;
 	struct wire_value *vals;
 	size_t vals_cap;
@@ -376,14 +378,10 @@ static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *ms
 	}
 	/* Only a node that ended cleanly keeps its rows: anything else would
 	 * pass a partial answer off as complete. */
-	if (fo->p->direct &&
-	    direct_done(fo->p->direct, h, outcome == FQ_OK || outcome == FQ_TRUNCATED))
+	if (fo->dq && direct_done(fo->dq, h, outcome == FQ_OK || outcome == FQ_TRUNCATED))
 		set_fatal(fo, NULL);
-	if (outcome != FQ_OK && outcome != FQ_TRUNCATED && l->rows) {
-		if (!fo->p->direct && merge_drop(fo->m, h, &cause))
-			set_fatal(fo, cause);
+	if (outcome != FQ_OK && outcome != FQ_TRUNCATED)
 		fo->rows_total -= l->rows;
-	}
 	coverage_set(fo->cov, h, outcome, l->rows, msg);
 }
 
@@ -864,11 +862,11 @@ static void on_columns(struct node *n, struct wire_msg *msg)
 					   names + n->off, &cause);
 	else
 		err = merge_columns(fo->m, nc - n->off, names + n->off, &cause);
-	if (!err && fo->p->direct) {
+	if (!err && fo->dq) {
 		size_t tn;
 		const char *const *tnames = merge_table_columns(fo->m, &tn);
 
-		err = direct_begin(fo->p->direct, tn, tnames);
+		err = direct_begin(fo->dq, tn, tnames);
 	}
 	if (err == -EINVAL) {
 		node_finish(n, FQ_COLUMNS, "%s", cause ? cause : "columns differ");
@@ -906,10 +904,10 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 		return;
 	}
 	/* wire_decode() checked every row: one node's frame is kept whole, read when printed. */
-	if (fo->p->direct && !n->off) {
+	if (fo->dq && !n->off) {
 		int64_t nr = (int64_t)msg->u.rows.nrows;
 
-		if (nr && direct_frame(fo->p->direct, n->first, frame, len)) {
+		if (nr && direct_frame(fo->dq, n->first, frame, len)) {
 			set_fatal(fo, NULL);
 			return;
 		}
@@ -937,8 +935,8 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 		if (fo->p->sink)
 			err = fo->p->sink->row(fo->p->sink->ctx, h, n->ncols - n->off,
 					       fo->vals + n->off, &cause);
-		else if (fo->p->direct)
-			err = direct_row(fo->p->direct, h, fo->vals + n->off);
+		else if (fo->dq)
+			err = direct_row(fo->dq, h, fo->vals + n->off);
 		else
 			err = merge_row(fo->m, h, fo->p->hosts[h], l->rows, fo->vals + n->off,
 					&cause);
@@ -1210,6 +1208,12 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	fo->m = m;
 	fo->cov = cov;
 	fo->start_ms = now_ms();
+	fo->dq = fo->p->direct;
+	if (!fo->dq && !fo->p->sink) {
+		fo->dq = direct_new_merge(m, fo->nh, fo->p->hosts);
+		if (!fo->dq)
+			return fq_fail(cause, -ENOMEM, "out of memory");
+	}
 	fo->base = event_base_new();
 	if (!fo->base)
 		return fq_fail(cause, -ENOMEM, "cannot create event loop");
@@ -1246,6 +1250,8 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 		*cause = fo->fatal;
 		fo->fatal = NULL;
 	}
+	if (!err && fo->dq && fo->dq != fo->p->direct)
+		err = direct_drain(fo->dq, cause);
 	if (!err && !fo->p->sink)
 		err = merge_finish(m, cause);
 	for (size_t i = 0; i < fo->nh && !err && !fo->p->sink; i++)
@@ -1262,6 +1268,9 @@ out:
 	event_del(&fo->ev_kick);
 	event_del(&fo->ev_progress);
 	event_del(&fo->ev_cancel);
+	if (fo->dq != fo->p->direct)
+		direct_free(fo->dq);
+	fo->dq = NULL;
 	if (fo->dns)
 		evdns_base_free(fo->dns, 1);
 	fo->dns = NULL;

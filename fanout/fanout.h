@@ -52,9 +52,11 @@ struct fanout_params {
 	 * (agentd's relay), and fanout_run() takes NULL for both. */
 	const struct fanout_sink *sink;
 	/*
-	 * NULL: rows go to the merge database. Else rows go to this direct output
-	 * (fleetq's plain query) and the merge only makes the results table, from
-	 * the first node's COLUMNS, which names the columns (and fails as it would).
+	 * NULL: rows go to the merge database, in hostlist order through a writer
+	 * thread of fanout_run()'s own (direct_new_merge()). Else rows go to this
+	 * direct output (fleetq's plain query) and the merge only makes the results
+	 * table, from the first node's COLUMNS, which names the columns (and fails
+	 * as it would).
 	 */
 	struct direct *direct;
 	/* When not NULL, polled every 100 ms: nonzero stops the fan-out

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The merge database: an in-memory SQLite with table results(node,
- * <the query's columns>), filled as rows stream in, and table clock. Row ids encode (node
- * index, row number), so a plain scan returns hostlist order then row order
- * without sorting, and a node's rows can be dropped as one range.
+ * <the query's columns>) and table clock. fanout_run() fills results in hostlist
+ * order from a writer thread (direct_new_merge()). Row ids encode (node index, row
+ * number), so a plain scan returns hostlist order then row order without sorting,
+ * and every insert appends.
  */
 #ifndef FLEETQ_MERGE_H
 #define FLEETQ_MERGE_H
@@ -37,8 +38,6 @@ const char *const *merge_table_columns(const struct merge *m, size_t *n);
 /* Inserts row number seq (from 0) of node idx. vals has ncols values. */
 int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
 	      const struct wire_value *vals, char **cause);
-/* Removes every row of node idx (partial answers are not merged). */
-int merge_drop(struct merge *m, size_t idx, char **cause);
 /* Commits what is pending. */
 int merge_finish(struct merge *m, char **cause);
 

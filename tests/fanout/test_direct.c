@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* The direct output: hostlist order whatever order hosts finish in, failed hosts'
- * rows dropped, relayed rows split into frames, NaN printed as the merge's NULL. */
+ * rows dropped, relayed rows split into frames, NaN printed as the merge's NULL.
+ * The same into the merge database: the same rows, in the same order. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "direct.h"
+#include "merge.h"
 #include "output.h"
 #include "strbuf.h"
 #include "wire.h"
@@ -32,16 +34,35 @@ static void frame(struct wire_buf *b, int first, int n)
 	wire_rows_finish(&w);
 }
 
-/* Runs one scenario; returns the csv text (malloc'd). */
-static char *scenario(int hold)
+/* The merge's results table as csv text, in row id order (malloc'd). */
+static char *merged_text(struct merge *m)
+{
+	struct strbuf t = STRBUF_INIT;
+	sqlite3_stmt *st = NULL;
+
+	sb_puts(&t, "node,a,b\n");
+	CHECK(sqlite3_prepare_v2(merge_db(m),
+				 "SELECT node || ',' || coalesce(a, '') || ',' || b FROM results "
+				 "ORDER BY rowid",
+				 -1, &st, NULL) == SQLITE_OK);
+	while (st && sqlite3_step(st) == SQLITE_ROW)
+		sb_printf(&t, "%s\n", (const char *)sqlite3_column_text(st, 0));
+	sqlite3_finalize(st);
+	return t.s;
+}
+
+/* Runs one scenario (merge: into m instead of the output); returns the csv text
+ * (malloc'd). */
+static char *scenario(int hold, struct merge *m)
 {
 	struct output *o = output_new(-1, FQ_FMT_CSV);
-	struct direct *d = direct_new(o, 3, hosts, hold);
+	struct direct *d = m ? direct_new_merge(m, 3, hosts) : direct_new(o, 3, hosts, hold);
 	struct wire_buf b;
-	char *text;
+	char *text, *cause = NULL;
 
 	wire_buf_init(&b);
 	CHECK(d != NULL);
+	CHECK(!m || merge_columns(m, 2, names + 1, &cause) == 0);
 	CHECK(direct_begin(d, 3, names) == 0);
 	/* h2 finishes first, h1 fails after sending rows, h0 (relayed rows) last. */
 	frame(&b, 20, 2);
@@ -59,8 +80,14 @@ static char *scenario(int hold)
 		CHECK(direct_row(d, 0, v) == 0);
 	}
 	CHECK(direct_done(d, 0, 1) == 0);
-	CHECK(direct_end(d, NULL) == 0);
-	text = strdup(output_text(o));
+	if (m) {
+		CHECK(direct_drain(d, &cause) == 0 && merge_finish(m, &cause) == 0);
+		text = merged_text(m);
+	} else {
+		CHECK(direct_end(d, NULL) == 0);
+		text = strdup(output_text(o));
+	}
+	free(cause);
 	direct_free(d);
 	output_free(o);
 	wire_buf_release(&b);
@@ -69,7 +96,9 @@ static char *scenario(int hold)
 
 int main(void)
 {
-	char *held = scenario(1), *live = scenario(0), *line;
+	char *cause = NULL;
+	struct merge *m = merge_new(&cause);
+	char *held = scenario(1, NULL), *live = scenario(0, NULL), *merged = scenario(0, m), *line;
 	struct strbuf want = STRBUF_INIT;
 
 	sb_puts(&want, "node,a,b\n");
@@ -79,6 +108,7 @@ int main(void)
 	sb_puts(&want, "h2,20,x20\nh2,21,x21\n");
 	CHECK(held && want.s && !strcmp(held, want.s));
 	CHECK(live && !strcmp(live, want.s));
+	CHECK(merged && !strcmp(merged, want.s));
 	line = held ? strstr(held, "h1,") : NULL;
 	CHECK(line == NULL);
 
@@ -112,6 +142,8 @@ int main(void)
 	}
 	free(held);
 	free(live);
+	free(merged);
+	merge_free(m);
 	sb_release(&want);
 	CHECK_DONE();
 }
