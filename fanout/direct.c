@@ -44,7 +44,7 @@ struct direct {
 	struct chunk *q, **qtail; /* frames to print, in order */
 	int ending;		  /* no more frames will come */
 	int abandon;		  /* print nothing more */
-	int err;		  /* first output error: the writer's while it runs */
+	int err; /* first error of the consumer: the writer's while it runs (atomic) */
 	char *cause;		  /* the merge's words for err */
 };
 
@@ -177,7 +177,7 @@ static void print_chunks(struct direct *d, struct chunk *c)
 		struct chunk *next = c->next;
 
 		if (!d->err && !__atomic_load_n(&d->abandon, __ATOMIC_RELAXED))
-			d->err = print_chunk(d, c);
+			__atomic_store_n(&d->err, print_chunk(d, c), __ATOMIC_RELEASE);
 		free(c);
 		c = next;
 	}
@@ -318,6 +318,11 @@ int direct_done(struct direct *d, size_t h, int keep_rows)
 	}
 	advance(d);
 	return err;
+}
+
+int direct_failed(struct direct *d)
+{
+	return __atomic_load_n(&d->err, __ATOMIC_ACQUIRE) != 0;
 }
 
 int direct_drain(struct direct *d, char **cause)

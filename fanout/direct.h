@@ -56,6 +56,8 @@ int direct_row(struct direct *d, size_t h, const struct wire_value *vals);
  * dropped, and what is now in order goes to the writer. 0 or -errno.
  */
 int direct_done(struct direct *d, size_t h, int keep);
+/* Nonzero once the consumer has failed (while the writer runs too). */
+int direct_failed(struct direct *d);
 /*
  * After the fan-out: hands what is left to the consumer (rows of hosts not
  * finished are dropped) and stops the writer. 0 or the first error of the

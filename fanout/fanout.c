@@ -380,6 +380,15 @@ static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *ms
 	 * pass a partial answer off as complete. */
 	if (fo->dq && direct_done(fo->dq, h, outcome == FQ_OK || outcome == FQ_TRUNCATED))
 		set_fatal(fo, NULL);
+	/* The merge's writer failed (an insert): stop now, not at the deadline. */
+	if (fo->dq && fo->dq != fo->p->direct && !fo->fatal && direct_failed(fo->dq)) {
+		int e = direct_drain(fo->dq, &cause);
+
+		if (!cause && asprintf(&cause, "merge database: %s", strerror(-e)) < 0)
+			cause = NULL;
+		set_fatal(fo, cause);
+		cause = NULL;
+	}
 	if (outcome != FQ_OK && outcome != FQ_TRUNCATED)
 		fo->rows_total -= l->rows;
 	coverage_set(fo->cov, h, outcome, l->rows, msg);
@@ -1208,12 +1217,6 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	fo->m = m;
 	fo->cov = cov;
 	fo->start_ms = now_ms();
-	fo->dq = fo->p->direct;
-	if (!fo->dq && !fo->p->sink) {
-		fo->dq = direct_new_merge(m, fo->nh, fo->p->hosts);
-		if (!fo->dq)
-			return fq_fail(cause, -ENOMEM, "out of memory");
-	}
 	fo->base = event_base_new();
 	if (!fo->base)
 		return fq_fail(cause, -ENOMEM, "cannot create event loop");
@@ -1224,6 +1227,14 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	if (!fo->dns) {
 		err = fq_fail(cause, -ENOMEM, "cannot set up the DNS resolver");
 		goto out;
+	}
+	fo->dq = fo->p->direct;
+	if (!fo->dq && !fo->p->sink) {
+		fo->dq = direct_new_merge(m, fo->nh, fo->p->hosts);
+		if (!fo->dq) {
+			err = fq_fail(cause, -ENOMEM, "out of memory");
+			goto out;
+		}
 	}
 	evtimer_assign(&fo->ev_deadline, fo->base, deadline_cb, fo);
 	tv = ms_tv(fo->p->timeout_ms);

@@ -32,9 +32,21 @@ prm AS (
 	       coalesce(:min_effect_ns, 20000) AS eff_ns, coalesce(:ratio, 3.0) AS ratio,
 	       coalesce(:hang_ns, 1.5e9) AS hang_ns, coalesce(:all_ranks, 0) AS all_ranks
 ),
--- ranks answering in the window, per communicator (the nodes' 'rank' rows)
+-- each rank's collectives in one piece: a node sends a 'rank' row per 65536 seqs (a row has
+-- a size limit), mostly one; the objects and arrays of a rank's rows are spliced together
+rk AS (
+	SELECT node, comm_hash, rank, pid, max(nranks) AS nranks,
+	       '{' || group_concat(substr(ts_by_seq, 2, length(ts_by_seq) - 2)) || '}' AS ts_by_seq,
+	       '{' || group_concat(substr(sync_by_seq, 2, length(sync_by_seq) - 2)) || '}'
+		       AS sync_by_seq,
+	       '[' || group_concat(substr(busy_list, 2, length(busy_list) - 2)) || ']' AS busy_list,
+	       '[' || group_concat(substr(gap_list, 2, length(gap_list) - 2)) || ']' AS gap_list
+	FROM results WHERE kind = 'rank'
+	GROUP BY node, comm_hash, rank, pid
+),
+-- ranks answering in the window, per communicator
 nr AS (
-	SELECT comm_hash, count(*) AS n FROM results WHERE kind = 'rank' GROUP BY comm_hash
+	SELECT comm_hash, count(*) AS n FROM rk GROUP BY comm_hash
 ),
 -- seqs every answering rank of the communicator reached, and who arrived first, from the
 -- nodes' 'seq' rows (their earliest enqueue and how many ranks enqueued it)
@@ -48,22 +60,21 @@ full AS (
 ),
 -- per rank, from its JSON: busy gap, sync wait and step period (clock-free: gap is the
 -- node's own difference); over the seqs every rank reached, arrival lateness on the
--- coordinator's clock and total sync wait. The order of the joins is the plan: each member
--- of ts_by_seq looks full up by (seq, comm_hash) through an automatic index, and the
--- grouping follows results' rowid, unsorted. (json_each's key is the seq as text.)
+-- coordinator's clock and total sync wait. Each is a subquery over one rank's JSON (no
+-- grouping of the expanded members: a sort of every collective); in the lateness and sync
+-- ones the join order is the plan, each member looking full up by (seq, comm_hash) through
+-- an automatic index. (json_each's key is the seq as text.)
 r AS (
 	SELECT x.comm_hash, x.node, x.rank, x.pid, x.nranks,
 	       (SELECT median(value) FROM json_each(x.busy_list)) AS busy,
 	       (SELECT median(value) FROM json_each(x.sync_by_seq)) AS sync,
 	       (SELECT median(value) FROM json_each(x.gap_list)) AS step,
-	       median(j.value - coalesce(k.offset_ns, 0) - f.t_first) AS late,
+	       (SELECT median(j.value - coalesce(k.offset_ns, 0) - f.t_first)
+		FROM json_each(x.ts_by_seq) j CROSS JOIN full f
+		WHERE f.seq = j.key + 0 AND f.comm_hash = x.comm_hash) AS late,
 	       (SELECT sum(s.value) FROM json_each(x.sync_by_seq) s CROSS JOIN full g
 		WHERE g.seq = s.key + 0 AND g.comm_hash = x.comm_hash) AS sync_total
-	FROM results x CROSS JOIN json_each(x.ts_by_seq) j
-	LEFT JOIN full f ON f.seq = j.key + 0 AND f.comm_hash = x.comm_hash
-	LEFT JOIN clock k ON k.node = x.node
-	WHERE x.kind = 'rank'
-	GROUP BY x.rowid
+	FROM rk x LEFT JOIN clock k ON k.node = x.node
 ),
 -- per communicator: centre and spread of each signal; the MAD floor
 cm AS (
@@ -155,7 +166,8 @@ v AS (
 		     / 1e6, 3) AS step_ms,
 	       h.last_seq, iif(h.hung, h.last_seq + 1, NULL) AS stopped_at_seq,
 	       iif(h.hung, (SELECT x.op FROM results x WHERE x.kind IN ('last', 'seq')
-			AND x.comm_hash = u.comm_hash AND x.seq = h.last_seq + 1 LIMIT 1), NULL)
+			AND x.comm_hash = u.comm_hash AND x.seq = h.last_seq + 1
+			ORDER BY x.kind LIMIT 1), NULL)
 		       AS stopped_op,
 	       iif(h.hung, round(h.age_ns / 1e9, 3), NULL) AS stopped_s_ago
 	FROM ranks u

@@ -11,9 +11,10 @@
 --              (default: SQLite's clock, to the millisecond)
 --
 -- Columns, the same for every row:
---   kind      'rank': one per (comm_hash, rank, pid) inside the window: nranks, seq = its
---                     newest seq in the window, n = its collectives in the window, and
---                     those collectives themselves, as JSON (the last four columns)
+--   kind      'rank': one per (comm_hash, rank, pid) inside the window and block of 65536
+--                     seqs (seq / 65536: a row has a size limit, 16 MiB in agentd): nranks,
+--                     seq = its newest seq, n = its collectives, and those collectives
+--                     themselves, as JSON (the last four columns)
 --             'seq':  one per (comm_hash, seq) inside the window: op, ts_ns = the earliest
 --                     enqueue of this node's ranks, n = how many of its ranks enqueued it
 --             'last': the newest collective of one (comm_hash, rank, pid), over ALL time,
@@ -148,7 +149,7 @@ UNION ALL
 SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, count(*),
        json_group_object(seq, ts_ns), json_group_object(seq, sync_ns),
        json_group_array(busy_ns), json_group_array(gap_ns)
-FROM win GROUP BY comm_hash, rank, pid
+FROM win GROUP BY comm_hash, rank, pid, seq / 65536
 UNION ALL
 SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, NULL, NULL, NULL, NULL, NULL
 FROM last

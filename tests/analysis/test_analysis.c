@@ -517,6 +517,64 @@ static void t_node_contract(void)
 	free(node_sql);
 }
 
+/*
+ * A rank's collectives split over several 'rank' rows (the node file's blocks of 65536
+ * seqs, here of 7) give the merge the same answer, to the last digit, as one row each:
+ * a straggler with a hung rank beside it.
+ */
+static void t_blocks(void)
+{
+	const char *mp[] = { "all_ranks=1", NULL };
+	char now[64] = "now_ns=0";
+	const char *np[] = { now, NULL };
+	char *ns = sqlfile("stragglers.node.sql"), *ms = sqlfile("stragglers.merge.sql");
+	char *small = NULL, *at, *cause = NULL;
+	struct an_rows a, b, n;
+	struct job j;
+
+	make_job(&j, "blocks", 8, 2, "--seed 5 --slow-rank 3 --slow-pct 20 --hang-rank 6 "
+		 "--hang-at 150", NULL);
+	at = ns ? strstr(ns, "GROUP BY comm_hash, rank, pid, seq / 65536") : NULL;
+	CHECK(at != NULL, "the node file's blocks: no 'GROUP BY ..., seq / 65536'");
+	if (!at || !ms)
+		goto out;
+	small = calloc(1, strlen(ns) + 1);
+	memcpy(small, ns, (size_t)(at - ns));
+	strcat(small, "GROUP BY comm_hash, rank, pid, seq / 7");
+	strcat(small, at + strlen("GROUP BY comm_hash, rank, pid, seq / 65536"));
+	/* the same now on both sides: stopped_s_ago */
+	snprintf(now, sizeof(now), "now_ns=%lld", (long long)max_ts(j.paths[0]) + 30000000000ll);
+	if (an_run(small, "SELECT count(*) AS n FROM results WHERE kind = 'rank'", j.nodes, 2,
+		   NULL, NULL, 0, &n, &cause) == 0) {
+		CHECK(atoi(cell(&n, 0, "n")) > 8 * 20, "blocks of 7: %s 'rank' rows", cell(&n, 0, "n"));
+		an_rows_release(&n);
+	}
+	if (an_run(ns, ms, j.nodes, 2, np, mp, 0, &a, &cause) == 0) {
+		if (an_run(small, ms, j.nodes, 2, np, mp, 0, &b, &cause) == 0) {
+			CHECK(a.nrows == 8 && a.nrows == b.nrows && a.ncols == b.ncols,
+			      "%zu rows, in blocks %zu", a.nrows, b.nrows);
+			for (size_t i = 0; i < a.nrows * a.ncols && a.nrows == b.nrows; i++)
+				CHECK(!strcmp(a.cells[i] ? a.cells[i] : "NULL",
+					      b.cells[i] ? b.cells[i] : "NULL"),
+				      "row %zu %s: %s, in blocks %s", i / a.ncols,
+				      a.names[i % a.ncols], a.cells[i], b.cells[i]);
+			CHECK(!strcmp(cell(&a, 0, "verdict"), "hung") &&
+				      !strcmp(cell(&a, 1, "verdict"), "straggler") &&
+				      !strcmp(cell(&a, 1, "rank"), "3"),
+			      "first %s, then %s rank %s", cell(&a, 0, "verdict"),
+			      cell(&a, 1, "verdict"), cell(&a, 1, "rank"));
+			an_rows_release(&b);
+		}
+		an_rows_release(&a);
+	}
+	CHECK(cause == NULL, "%s", cause);
+out:
+	free(cause);
+	free(small);
+	free(ns);
+	free(ms);
+}
+
 /* Every node file runs behind agentd's read-only guard and gives the same rows. */
 static void t_guard(void)
 {
@@ -680,6 +738,8 @@ int main(int argc, char **argv)
 		t_node_contract();
 	else if (!strcmp(t, "guard"))
 		t_guard();
+	else if (!strcmp(t, "blocks"))
+		t_blocks();
 	else if (!strcmp(t, "netcheck"))
 		t_netcheck();
 	else {

@@ -2,9 +2,11 @@
 /* The direct output: hostlist order whatever order hosts finish in, failed hosts'
  * rows dropped, relayed rows split into frames, NaN printed as the merge's NULL.
  * The same into the merge database: the same rows, in the same order. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "direct.h"
@@ -138,6 +140,32 @@ int main(void)
 		CHECK_STR(output_text(o), "node\ta\tb\nh1\t0\tx0\n");
 		direct_free(d);
 		output_free(o);
+		wire_buf_release(&b);
+	}
+	/* An insert fails (a value over the merge's length limit): the writer says so, and the
+	 * drain hands over the merge's words. */
+	{
+		struct merge *mm = merge_new(&cause);
+		struct direct *d = direct_new_merge(mm, 3, hosts);
+		struct wire_buf b;
+		int err;
+
+		wire_buf_init(&b);
+		CHECK(d && merge_columns(mm, 2, names + 1, &cause) == 0);
+		sqlite3_limit(merge_db(mm), SQLITE_LIMIT_LENGTH, 2);
+		CHECK(direct_begin(d, 3, names) == 0);
+		frame(&b, 100, 1);
+		CHECK(direct_frame(d, 0, b.data, b.len) == 0);
+		CHECK(direct_done(d, 0, 1) == 0);
+		for (int i = 0; i < 1000 && !direct_failed(d); i++)
+			usleep(1000);
+		CHECK(direct_failed(d));
+		err = direct_drain(d, &cause);
+		CHECK(err == -EIO && cause && strstr(cause, "cannot insert"));
+		free(cause);
+		cause = NULL;
+		direct_free(d);
+		merge_free(mm);
 		wire_buf_release(&b);
 	}
 	free(held);
