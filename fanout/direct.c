@@ -14,6 +14,7 @@ struct chunk {
 	struct chunk *next;
 	size_t host;
 	size_t len;
+	int drop; /* no frame: the merge drops the host's rows inserted so far */
 	unsigned char data[];
 };
 
@@ -24,11 +25,15 @@ struct host {
 	int open;
 	int done;
 	int64_t rows; /* merged so far: the next row's number (the writer's) */
+	int sent;     /* merge: frames went to the writer before the host finished */
+	size_t bytes; /* merge: of the frames waiting in head */
 };
 
 struct direct {
 	struct output *out; /* the consumer: out, or else m */
 	struct merge *m;
+	size_t held, held_max; /* merge: bytes of frames waiting for their turn, the cap */
+	int spilled;	       /* merge: over the cap once: frames no longer wait */
 	const char *const *hosts;
 	size_t n;
 	size_t ncols; /* the table's, node included; 0 until direct_begin() */
@@ -41,6 +46,9 @@ struct direct {
 	int running;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	pthread_cond_t room; /* merge: the writer's queue went below q_max */
+	size_t q_bytes;	     /* merge: of the frames in q and being inserted (under mu) */
+	size_t q_max;	     /* merge: past this, send() waits for the writer */
 	struct chunk *q, **qtail; /* frames to print, in order */
 	int ending;		  /* no more frames will come */
 	int abandon;		  /* print nothing more */
@@ -70,6 +78,7 @@ static struct direct *direct_alloc(size_t n, const char *const *hosts)
 	d->qtail = &d->q;
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->cv, NULL);
+	pthread_cond_init(&d->room, NULL);
 	return d;
 }
 
@@ -84,12 +93,16 @@ struct direct *direct_new(struct output *out, size_t n, const char *const *hosts
 	return d;
 }
 
-struct direct *direct_new_merge(struct merge *m, size_t n, const char *const *hosts)
+struct direct *direct_new_merge(struct merge *m, size_t n, const char *const *hosts,
+				size_t held_max)
 {
 	struct direct *d = direct_alloc(n, hosts);
 
-	if (d)
+	if (d) {
 		d->m = m;
+		d->held_max = held_max;
+		d->q_max = held_max / 4;
+	}
 	return d;
 }
 
@@ -132,6 +145,7 @@ void direct_free(struct direct *d)
 	free(d->cause);
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->cv);
+	pthread_cond_destroy(&d->room);
 	free(d);
 }
 
@@ -146,6 +160,8 @@ static int print_chunk(struct direct *d, const struct chunk *c)
 	struct wire_msg msg;
 	int err, r = 0;
 
+	if (c->drop)
+		return merge_drop(d->m, c->host, &d->cause);
 	err = wire_decode(&msg, c->data, c->len, NULL);
 	if (err)
 		return err;
@@ -175,11 +191,19 @@ static void print_chunks(struct direct *d, struct chunk *c)
 {
 	while (c) {
 		struct chunk *next = c->next;
+		size_t len = c->len;
 
 		if (!d->err && !__atomic_load_n(&d->abandon, __ATOMIC_RELAXED))
 			__atomic_store_n(&d->err, print_chunk(d, c), __ATOMIC_RELEASE);
 		free(c);
 		c = next;
+		if (d->m) {
+			pthread_mutex_lock(&d->mu);
+			d->q_bytes -= len;
+			if (d->q_bytes <= d->q_max)
+				pthread_cond_signal(&d->room);
+			pthread_mutex_unlock(&d->mu);
+		}
 	}
 }
 
@@ -232,6 +256,56 @@ static void keep(struct host *hs, struct chunk *c)
 	hs->tail = &c->next;
 }
 
+/* Hands a list of frames to the writer, after those it has. */
+/*
+ * Hands a list of frames to the writer, after those it has. The merge's: then waits
+ * while the writer is more than q_max bytes behind (the fan-out stops reading, so the
+ * agents wait on TCP): frames waiting to be inserted cost memory beside the table.
+ */
+static void send(struct direct *d, struct chunk *list, struct chunk **tail)
+{
+	size_t bytes = 0;
+
+	for (struct chunk *c = list; c; c = c->next)
+		bytes += c->len;
+	pthread_mutex_lock(&d->mu);
+	*d->qtail = list;
+	d->qtail = tail;
+	d->q_bytes += bytes;
+	pthread_cond_signal(&d->cv);
+	while (d->m && d->running && d->q_bytes > d->q_max)
+		pthread_cond_wait(&d->room, &d->mu);
+	pthread_mutex_unlock(&d->mu);
+}
+
+/*
+ * The merge's frames waiting for their turn passed the cap: every one goes to the
+ * writer now, in hostlist order, and later ones as they come. Rows keep their row ids
+ * (node index, row number), so the table's order stays; only inserts stop being
+ * appends. A host that fails after this has its rows dropped by the writer.
+ */
+static void spill(struct direct *d)
+{
+	struct chunk *list = NULL, **tail = &list;
+
+	d->spilled = 1;
+	d->held = 0;
+	for (size_t h = d->next; h < d->n; h++) {
+		struct host *hs = &d->hs[h];
+
+		if (!hs->head)
+			continue;
+		hs->sent = !hs->done;
+		hs->bytes = 0;
+		*tail = hs->head;
+		tail = hs->tail;
+		hs->head = NULL;
+		hs->tail = &hs->head;
+	}
+	if (list)
+		send(d, list, tail);
+}
+
 int direct_frame(struct direct *d, size_t h, const void *frame, size_t len)
 {
 	struct chunk *c = malloc(sizeof(*c) + len);
@@ -240,8 +314,21 @@ int direct_frame(struct direct *d, size_t h, const void *frame, size_t len)
 		return -ENOMEM;
 	c->host = h;
 	c->len = len;
+	c->drop = 0;
 	memcpy(c->data, frame, len);
+	if (d->spilled) {
+		c->next = NULL;
+		d->hs[h].sent = 1;
+		send(d, c, &c->next);
+		return 0;
+	}
 	keep(&d->hs[h], c);
+	if (d->m) {
+		d->hs[h].bytes += len;
+		d->held += len;
+		if (d->held > d->held_max)
+			spill(d);
+	}
 	return 0;
 }
 
@@ -284,6 +371,8 @@ static void advance(struct direct *d)
 	while (d->next < d->n && d->hs[d->next].done) {
 		struct host *hs = &d->hs[d->next++];
 
+		d->held -= hs->bytes;
+		hs->bytes = 0;
 		if (hs->head) {
 			*tail = hs->head;
 			tail = hs->tail;
@@ -291,13 +380,8 @@ static void advance(struct direct *d)
 			hs->tail = &hs->head;
 		}
 	}
-	if (!list)
-		return;
-	pthread_mutex_lock(&d->mu);
-	*d->qtail = list;
-	d->qtail = tail;
-	pthread_cond_signal(&d->cv);
-	pthread_mutex_unlock(&d->mu);
+	if (list)
+		send(d, list, tail);
 }
 
 int direct_done(struct direct *d, size_t h, int keep_rows)
@@ -315,6 +399,18 @@ int direct_done(struct direct *d, size_t h, int keep_rows)
 		free_chunks(hs->head);
 		hs->head = NULL;
 		hs->tail = &hs->head;
+		d->held -= hs->bytes;
+		hs->bytes = 0;
+		/* rows the writer already has (the merge spilled): it drops them */
+		if (hs->sent) {
+			struct chunk *c = calloc(1, sizeof(*c));
+
+			if (!c)
+				return -ENOMEM;
+			c->host = h;
+			c->drop = 1;
+			send(d, c, &c->next);
+		}
 	}
 	advance(d);
 	return err;

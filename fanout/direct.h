@@ -11,7 +11,8 @@
  * - the merge database: fanout_run() fills it so. In order, every insert
  *   appends to the table's b-tree (row ids are node index, row number), where
  *   rows inserted as they arrive, nodes interleaved, landed mid-tree; and the
- *   decoding and inserting run beside the fan-out's TLS and network work.
+ *   decoding and inserting run beside the fan-out's TLS and network work. The
+ *   frames waiting are capped (direct_new_merge()).
  */
 #ifndef FLEETQ_DIRECT_H
 #define FLEETQ_DIRECT_H
@@ -33,9 +34,15 @@ struct direct *direct_new(struct output *out, size_t n, const char *const *hosts
 /*
  * Rows of hosts[0..n) go into m's results table (merge_row(): created by
  * merge_columns() before direct_begin()), which only d's writer may use until
- * direct_drain(). NULL and errno on failure.
+ * direct_drain(). Frames wait for their turn only while they hold at most
+ * held_max bytes (DIRECT_HELD_MAX): past that, every frame goes to the writer as
+ * it comes (still under its row id: the table's order stays, inserts stop being
+ * appends), and the writer drops the rows of a host that then fails.
+ * NULL and errno on failure.
  */
-struct direct *direct_new_merge(struct merge *m, size_t n, const char *const *hosts);
+#define DIRECT_HELD_MAX (32u << 20)
+struct direct *direct_new_merge(struct merge *m, size_t n, const char *const *hosts,
+				size_t held_max);
 /* Stops the writer (rows not printed yet are dropped) and frees d. */
 void direct_free(struct direct *d);
 

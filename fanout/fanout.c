@@ -1230,7 +1230,7 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	}
 	fo->dq = fo->p->direct;
 	if (!fo->dq && !fo->p->sink) {
-		fo->dq = direct_new_merge(m, fo->nh, fo->p->hosts);
+		fo->dq = direct_new_merge(m, fo->nh, fo->p->hosts, DIRECT_HELD_MAX);
 		if (!fo->dq) {
 			err = fq_fail(cause, -ENOMEM, "out of memory");
 			goto out;

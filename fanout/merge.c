@@ -306,6 +306,24 @@ int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
 	return 0;
 }
 
+int merge_drop(struct merge *m, size_t idx, char **cause)
+{
+	sqlite3_stmt *st = NULL;
+	int err = 0;
+
+	if (!m->ins)
+		return 0;
+	if (sqlite3_prepare_v2(m->db, "DELETE FROM results WHERE rowid BETWEEN ? AND ?", -1, &st,
+			       NULL))
+		return db_fail(m->db, "cannot prepare delete", cause);
+	sqlite3_bind_int64(st, 1, (int64_t)idx << ROW_BITS);
+	sqlite3_bind_int64(st, 2, ((int64_t)(idx + 1) << ROW_BITS) - 1);
+	if (sqlite3_step(st) != SQLITE_DONE)
+		err = db_fail(m->db, "cannot drop rows", cause);
+	sqlite3_finalize(st);
+	return err;
+}
+
 int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rtt_ns,
 		int64_t samples, char **cause)
 {

@@ -4,7 +4,7 @@
  * <the query's columns>) and table clock. fanout_run() fills results in hostlist
  * order from a writer thread (direct_new_merge()). Row ids encode (node index, row
  * number), so a plain scan returns hostlist order then row order without sorting,
- * and every insert appends.
+ * inserts in that order append, and a node's rows can be dropped as one range.
  */
 #ifndef FLEETQ_MERGE_H
 #define FLEETQ_MERGE_H
@@ -38,6 +38,8 @@ const char *const *merge_table_columns(const struct merge *m, size_t *n);
 /* Inserts row number seq (from 0) of node idx. vals has ncols values. */
 int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
 	      const struct wire_value *vals, char **cause);
+/* Removes every row of node idx (a node that failed after its rows went in). */
+int merge_drop(struct merge *m, size_t idx, char **cause);
 /* Commits what is pending. */
 int merge_finish(struct merge *m, char **cause);
 

@@ -53,12 +53,13 @@ static char *merged_text(struct merge *m)
 	return t.s;
 }
 
-/* Runs one scenario (merge: into m instead of the output); returns the csv text
- * (malloc'd). */
-static char *scenario(int hold, struct merge *m)
+/* Runs one scenario (merge: into m instead of the output, frames held up to held_max
+ * bytes); returns the csv text (malloc'd). */
+static char *scenario(int hold, struct merge *m, size_t held_max)
 {
 	struct output *o = output_new(-1, FQ_FMT_CSV);
-	struct direct *d = m ? direct_new_merge(m, 3, hosts) : direct_new(o, 3, hosts, hold);
+	struct direct *d = m ? direct_new_merge(m, 3, hosts, held_max)
+			     : direct_new(o, 3, hosts, hold);
 	struct wire_buf b;
 	char *text, *cause = NULL;
 
@@ -99,8 +100,11 @@ static char *scenario(int hold, struct merge *m)
 int main(void)
 {
 	char *cause = NULL;
-	struct merge *m = merge_new(&cause);
-	char *held = scenario(1, NULL), *live = scenario(0, NULL), *merged = scenario(0, m), *line;
+	struct merge *m = merge_new(&cause), *ms = merge_new(&cause);
+	char *held = scenario(1, NULL, 0), *live = scenario(0, NULL, 0);
+	char *merged = scenario(0, m, DIRECT_HELD_MAX), *line;
+	/* over the cap from the first frame on: h1's rows go in, then the writer drops them */
+	char *spilled = scenario(0, ms, 1);
 	struct strbuf want = STRBUF_INIT;
 
 	sb_puts(&want, "node,a,b\n");
@@ -111,6 +115,7 @@ int main(void)
 	CHECK(held && want.s && !strcmp(held, want.s));
 	CHECK(live && !strcmp(live, want.s));
 	CHECK(merged && !strcmp(merged, want.s));
+	CHECK(spilled && !strcmp(spilled, want.s));
 	line = held ? strstr(held, "h1,") : NULL;
 	CHECK(line == NULL);
 
@@ -146,7 +151,7 @@ int main(void)
 	 * drain hands over the merge's words. */
 	{
 		struct merge *mm = merge_new(&cause);
-		struct direct *d = direct_new_merge(mm, 3, hosts);
+		struct direct *d = direct_new_merge(mm, 3, hosts, DIRECT_HELD_MAX);
 		struct wire_buf b;
 		int err;
 
@@ -171,7 +176,9 @@ int main(void)
 	free(held);
 	free(live);
 	free(merged);
+	free(spilled);
 	merge_free(m);
+	merge_free(ms);
 	sb_release(&want);
 	CHECK_DONE();
 }
