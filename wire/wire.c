@@ -1707,6 +1707,42 @@ out:
 	return 0;
 }
 
+int wire_rows_reopen(struct wire_msg *msg, const void *frame, size_t frame_len)
+{
+	const uint8_t *f = frame;
+	struct wire_priv *pv;
+	struct wire_value v;
+	struct rd r, first;
+	int64_t n;
+
+	memset(msg, 0, sizeof(*msg));
+	if (frame_len < WIRE_HDR_LEN)
+		return -EPROTO;
+	r.p = f + WIRE_HDR_LEN;
+	r.end = f + frame_len;
+	r.base = r.p;
+	if (rd_container(&r, false) != 3 || rd_value(&r, &v) || v.type != WIRE_INT ||
+	    v.i != WIRE_VERSION || rd_value(&r, &v) || v.type != WIRE_INT || v.i != WIRE_ROWS)
+		return -EPROTO;
+	n = rd_container(&r, false);
+	if (n < 0 || n > r.end - r.p)
+		return -EPROTO;
+	pv = calloc(1, sizeof(*pv));
+	if (!pv)
+		return -ENOMEM;
+	msg->version = WIRE_VERSION;
+	msg->type = WIRE_ROWS;
+	msg->u.rows.nrows = (size_t)n;
+	/* the first row's length is the frame's column count */
+	first = r;
+	if (n > 0)
+		msg->u.rows.ncols = (size_t)rd_container(&first, false);
+	pv->rows = r;
+	pv->rows_left = (size_t)n;
+	msg->priv = pv;
+	return 0;
+}
+
 int wire_rows_next(struct wire_msg *msg, struct wire_value *vals)
 {
 	struct wire_priv *pv = msg->priv;

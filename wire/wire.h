@@ -257,6 +257,15 @@ struct wire_msg {
 int wire_decode(struct wire_msg *msg, const void *frame, size_t frame_len, char **cause);
 
 /*
+ * Opens a ROWS frame that wire_decode() has accepted in this process before (the
+ * same bytes, e.g. a copy kept until its rows are printed), for wire_rows_next(),
+ * without checking every row a second time. wire_rows_next() still bounds every
+ * value it reads. 0, -EPROTO when the bytes do not start as a ROWS frame, or
+ * -ENOMEM; release msg with wire_msg_release().
+ */
+int wire_rows_reopen(struct wire_msg *msg, const void *frame, size_t frame_len);
+
+/*
  * ROWS frames: walks the rows one at a time. vals has room for
  * msg->u.rows.ncols values. Returns 1 with a row, 0 at the end, -EBADMSG
  * if a row has the wrong number of values or a value of an unknown type.

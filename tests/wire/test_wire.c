@@ -431,6 +431,29 @@ static void test_values(void)
 		CHECK_EQ(wire_rows_next(&m, got), 0);
 		wire_msg_release(&m);
 	}
+	/* the same frame reopened without the check: the same rows */
+	CHECK_EQ(wire_rows_reopen(&m, b.data, b.len), 0);
+	CHECK_EQ(m.type, WIRE_ROWS);
+	CHECK_EQ(m.u.rows.nrows, 2);
+	CHECK_EQ(m.u.rows.ncols, 20);
+	for (i = 0; i < 2; i++) {
+		memset(got, 0xa5, sizeof(got));
+		CHECK_EQ(wire_rows_next(&m, got), 1);
+		check_values(got, v, 20);
+	}
+	CHECK_EQ(wire_rows_next(&m, got), 0);
+	wire_msg_release(&m);
+	/* not a ROWS frame: refused */
+	{
+		struct wire_buf p;
+		struct wire_ping ping = { .t1_ns = 1 };
+
+		wire_buf_init(&p);
+		CHECK_EQ(wire_put_ping(&p, WIRE_PING, &ping), 0);
+		CHECK_EQ(wire_rows_reopen(&m, p.data, p.len), -EPROTO);
+		CHECK_EQ(wire_rows_reopen(&m, p.data, 2), -EPROTO);
+		wire_buf_release(&p);
+	}
 	wire_buf_release(&b);
 }
 
