@@ -52,7 +52,7 @@ struct direct {
 	struct chunk *q, **qtail; /* frames to print, in order */
 	int ending;		  /* no more frames will come */
 	int abandon;		  /* print nothing more */
-	int err; /* first error of the consumer: the writer's while it runs (atomic) */
+	int err;		  /* first error of the consumer (atomic: the writer's) */
 	char *cause;		  /* the merge's words for err */
 };
 
@@ -257,7 +257,6 @@ static void keep(struct host *hs, struct chunk *c)
 	hs->tail = &c->next;
 }
 
-/* Hands a list of frames to the writer, after those it has. */
 /*
  * Hands a list of frames to the writer, after those it has. The merge's: then waits
  * while the writer is more than q_max bytes behind (the fan-out stops reading, so the

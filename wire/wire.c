@@ -1713,7 +1713,7 @@ int wire_rows_reopen(struct wire_msg *msg, const void *frame, size_t frame_len)
 	struct wire_priv *pv;
 	struct wire_value v;
 	struct rd r, first;
-	int64_t n;
+	int64_t n, ncols;
 
 	memset(msg, 0, sizeof(*msg));
 	if (frame_len < WIRE_HDR_LEN)
@@ -1727,16 +1727,18 @@ int wire_rows_reopen(struct wire_msg *msg, const void *frame, size_t frame_len)
 	n = rd_container(&r, false);
 	if (n < 0 || n > r.end - r.p)
 		return -EPROTO;
+	/* the first row's length is the frame's column count */
+	first = r;
+	ncols = n > 0 ? rd_container(&first, false) : 0;
+	if (ncols < 0)
+		return -EPROTO;
 	pv = calloc(1, sizeof(*pv));
 	if (!pv)
 		return -ENOMEM;
 	msg->version = WIRE_VERSION;
 	msg->type = WIRE_ROWS;
 	msg->u.rows.nrows = (size_t)n;
-	/* the first row's length is the frame's column count */
-	first = r;
-	if (n > 0)
-		msg->u.rows.ncols = (size_t)rd_container(&first, false);
+	msg->u.rows.ncols = (size_t)ncols;
 	pv->rows = r;
 	pv->rows_left = (size_t)n;
 	msg->priv = pv;
