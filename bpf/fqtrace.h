@@ -32,6 +32,7 @@ enum fq_ev_type {
 	FQ_EV_EXIT,
 	FQ_EV_CGMOVE, /* a process moved to another cgroup (fq_ev_proc) */
 	FQ_EV_GROUP,  /* an NCCL group ended (fq_ev_group) */
+	FQ_EV_KERNEL, /* fleetq's NCCL profiler plugin: a collective's kernel ended (fq_ev_kernel) */
 };
 
 enum fq_kind {
@@ -140,6 +141,41 @@ struct fq_ev_proc {
 	struct fq_ev_hdr h;
 	uint32_t ppid;
 	int32_t exit_code; /* wait(2) status for FQ_EV_EXIT */
+};
+
+/*
+ * One collective as fleetq's NCCL profiler plugin (agentd/ncclprof/) saw it, handed to
+ * fq_nccl_kernel_done(const struct fq_prof_rec *) once its host call and every kernel channel
+ * it started have stopped; a uprobe on that function copies it into an fq_ev_kernel.
+ * NCCL's own keys: nccl_comm is the communicator hash its init received, seq its
+ * seqNumber, counted per communicator AND function (the same on every rank).
+ */
+#define FQ_PROF_MAGIC 0x66717072u /* "fqpr" */
+#define FQ_PROF_FUNC_LEN 16
+
+#define FQ_PROF_PARTIAL 1u /* recycled before every channel reported: gpu_* may be short */
+
+struct fq_prof_rec {
+	uint32_t magic;
+	uint32_t size;          /* sizeof(struct fq_prof_rec) of the plugin that wrote it */
+	uint64_t nccl_comm;
+	uint64_t seq;
+	uint64_t count;         /* elements */
+	uint64_t host_start_ns; /* CLOCK_MONOTONIC: the plugin's Coll startEvent (enqueue) */
+	uint64_t host_stop_ns;  /* ... its stopEvent (the launch returned) */
+	uint64_t gpu_start_ns;  /* GPU globaltimer: earliest channel start (0: none reported) */
+	uint64_t gpu_stop_ns;   /* latest channel stop */
+	uint64_t gpu_ch_ns;     /* sum over channels of stop - start */
+	int32_t rank;
+	int32_t nranks;
+	uint32_t nchannels;     /* channels that reported start and stop */
+	uint32_t flags;         /* FQ_PROF_* */
+	char func[FQ_PROF_FUNC_LEN]; /* "AllReduce", ... NUL-terminated */
+};
+
+struct fq_ev_kernel {
+	struct fq_ev_hdr h; /* ts: when the record was handed over */
+	struct fq_prof_rec r;
 };
 
 #endif
