@@ -174,7 +174,8 @@ int discover_is_traced_lib(const char *path)
 
 	b = b ? b + 1 : path;
 	return !strncmp(b, "libnccl.so", 10) || !strncmp(b, "libcudart.so", 12) ||
-	       !strncmp(b, "libcuda.so", 10) || !strncmp(b, "libtorch_cuda.so", 16);
+	       !strncmp(b, "libcuda.so", 10) || !strncmp(b, "libtorch_cuda.so", 16) ||
+	       !strncmp(b, "libfleetq-nccl-profiler.so", 26);
 }
 
 static int read_small(const char *path, char *buf, size_t n)
@@ -350,6 +351,11 @@ int discover_scan_pid(struct discover *d, int pid, discover_lib_fn lib, discover
 {
 	look_at(d, pid, lib, proc, arg);
 	return 0;
+}
+
+int discover_scan_libs(struct discover *d, int pid, discover_lib_fn lib, void *arg)
+{
+	return scan_maps(d, pid, lib, arg) < 0 ? -ESRCH : 0;
 }
 
 int discover_scan(struct discover *d, discover_lib_fn lib, discover_proc_fn proc, void *arg)

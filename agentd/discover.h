@@ -30,6 +30,12 @@ int discover_scan(struct discover *d, discover_lib_fn lib, discover_proc_fn proc
 /* The same for one pid (after an exec event). */
 int discover_scan_pid(struct discover *d, int pid, discover_lib_fn lib, discover_proc_fn proc,
 		      void *arg);
+
+/*
+ * Reports the traced libraries pid maps that were not reported before (NCCL's profiler
+ * plugin, loaded at a communicator's init), whatever state pid is in; 0 or -ESRCH.
+ */
+int discover_scan_libs(struct discover *d, int pid, discover_lib_fn lib, void *arg);
 /* Looks at pid afresh at the next scan (it exec'ed: new maps, new identity). */
 void discover_forget(struct discover *d, int pid);
 /* Marks a file identity as handled (attached at start from an explicit path). */

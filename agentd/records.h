@@ -22,7 +22,8 @@ enum rec_kind {
 	REC_TCP,
 	REC_IB,
 	REC_GROUP,
-	REC_KIND_MAX = REC_GROUP,
+	REC_KERNEL,
+	REC_KIND_MAX = REC_KERNEL,
 };
 
 struct rec_process {
@@ -38,6 +39,7 @@ struct rec_comm {
 	int64_t rank, nranks;
 	const char *fn;
 	int64_t ret;
+	char nccl_hash[17]; /* "" if unknown */
 };
 
 struct rec_comm_destroy {
@@ -56,6 +58,7 @@ struct rec_collective {
 	/* since this process's previous collective (Send/Recv: Send/Recv) on the
 	 * communicator; REC_NULL for the first one seen */
 	int64_t sync_ns, gap_ns;
+	int64_t cpu_ns; /* the process's CPU work (every thread, outside wait calls) since then */
 };
 
 struct rec_cuda {
@@ -90,6 +93,15 @@ struct rec_group {
 	int64_t ts_ns, dur_ns, end_dur_ns, pid, tid, ncalls, ret;
 };
 
+/* nccl_kernels: one collective from fleetq's NCCL profiler plugin */
+struct rec_kernel {
+	int64_t ts_ns, host_dur_ns, pid, rank, nranks;
+	char nccl_comm[17];
+	char comm_hash[17]; /* "" if not joined */
+	const char *op;
+	int64_t seq, count, nchannels, gpu_start_ns, gpu_dur_ns, gpu_ch_ns, partial;
+};
+
 struct rec {
 	int kind; /* enum rec_kind */
 	union {
@@ -102,6 +114,7 @@ struct rec {
 		struct rec_tcp tcp;
 		struct rec_ib ib;
 		struct rec_group group;
+		struct rec_kernel kernel;
 	} u;
 };
 

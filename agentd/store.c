@@ -102,6 +102,7 @@ enum {
 	ST_TCP,
 	ST_IB,
 	ST_GROUP,
+	ST_KERNEL,
 	ST_MAX
 };
 
@@ -129,14 +130,15 @@ static const char *const stmt_sql[ST_MAX] = {
 		       "world_size = coalesce(excluded.world_size, world_size), "
 		       "job_id = coalesce(excluded.job_id, job_id)",
 	[ST_COMM] = "INSERT INTO comms (ts_ns, dur_ns, pid, tid, comm_ptr, comm_hash, rank, "
-		    "nranks, fn, ret) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+		    "nranks, fn, ret, nccl_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+		    "?11)",
 	[ST_COMM_DESTROY] = "UPDATE comms SET destroyed_ns = ?1 WHERE rowid = "
 			    "(SELECT rowid FROM comms WHERE pid = ?2 AND comm_ptr = ?3 "
 			    "ORDER BY ts_ns DESC, rowid DESC LIMIT 1)",
 	[ST_COLLECTIVE] = "INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_ptr, comm_hash, "
 			  "rank, nranks, seq, op, count, bytes, datatype, redop, peer, stream, "
-			  "busy_ns, ret, sync_ns, gap_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
-			  "?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+			  "busy_ns, ret, sync_ns, gap_ns, cpu_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
+			  "?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
 	[ST_CUDA] = "INSERT INTO cuda_calls (ts_ns, dur_ns, pid, tid, api, kind, bytes, stream, "
 		    "ret) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
 	[ST_OFFCPU] = "INSERT INTO offcpu (ts_ns, dur_ns, pid, tid, reason) "
@@ -147,11 +149,16 @@ static const char *const stmt_sql[ST_MAX] = {
 		  "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
 	[ST_GROUP] = "INSERT INTO nccl_groups (ts_ns, dur_ns, end_dur_ns, pid, tid, ncalls, ret) "
 		     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+	[ST_KERNEL] = "INSERT INTO nccl_kernels (ts_ns, host_dur_ns, pid, rank, nranks, nccl_comm, "
+		      "comm_hash, op, seq, count, nchannels, gpu_start_ns, gpu_dur_ns, gpu_ch_ns, "
+		      "partial) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+		      "?15)",
 };
 
 /* Tables with an index on ts_ns: retention deletes from these by time. */
 static const char *const ts_tables[] = {
 	"collectives", "cuda_calls", "offcpu", "tcp_retransmits", "ib_counters", "nccl_groups",
+	"nccl_kernels",
 };
 #define N_TS_TABLES (sizeof(ts_tables) / sizeof(ts_tables[0]))
 
@@ -160,7 +167,7 @@ static const char *const ts_tables[] = {
  * taken is moved to the next free nanosecond, never dropped.
  */
 static const char *const key_tables[] = { "collectives", "cuda_calls", "offcpu",
-					  "tcp_retransmits" };
+					  "tcp_retransmits", "nccl_kernels" };
 #define N_KEY_TABLES (sizeof(key_tables) / sizeof(key_tables[0]))
 
 struct meta_kv {
@@ -296,6 +303,9 @@ static int rec_strings(struct rec *r, const char **f[4])
 		return 2;
 	case REC_GROUP:
 		return 0;
+	case REC_KERNEL:
+		f[0] = &r->u.kernel.op;
+		return 1;
 	default:
 		return -1;
 	}
@@ -410,6 +420,28 @@ static sqlite3_stmt *bind_group(struct store *s, const struct rec_group *g)
 	return st;
 }
 
+static sqlite3_stmt *bind_kernel(struct store *s, const struct rec_kernel *k)
+{
+	sqlite3_stmt *st = s->st[ST_KERNEL];
+
+	bind_i64(st, 1, k->ts_ns);
+	bind_i64(st, 2, k->host_dur_ns);
+	bind_i64(st, 3, k->pid);
+	bind_i64(st, 4, k->rank);
+	bind_i64(st, 5, k->nranks);
+	bind_hash(st, 6, k->nccl_comm);
+	bind_hash(st, 7, k->comm_hash);
+	bind_text(st, 8, k->op);
+	bind_i64(st, 9, k->seq);
+	bind_i64(st, 10, k->count);
+	bind_i64(st, 11, k->nchannels);
+	bind_i64(st, 12, k->gpu_start_ns);
+	bind_i64(st, 13, k->gpu_dur_ns);
+	bind_i64(st, 14, k->gpu_ch_ns);
+	bind_i64(st, 15, k->partial);
+	return st;
+}
+
 /* Binds r to its statement; returns the statement. */
 static sqlite3_stmt *bind_rec(struct store *s, const struct rec *r)
 {
@@ -449,6 +481,7 @@ static sqlite3_stmt *bind_rec(struct store *s, const struct rec *r)
 		bind_i64(st, 8, c->nranks);
 		bind_text(st, 9, c->fn);
 		bind_i64(st, 10, c->ret);
+		bind_hash(st, 11, c->nccl_hash);
 		return st;
 	}
 	case REC_COMM_DESTROY: {
@@ -484,6 +517,7 @@ static sqlite3_stmt *bind_rec(struct store *s, const struct rec *r)
 		bind_i64(st, 18, c->ret);
 		bind_i64(st, 19, c->sync_ns);
 		bind_i64(st, 20, c->gap_ns);
+		bind_i64(st, 21, c->cpu_ns);
 		return st;
 	}
 	case REC_CUDA: {
@@ -539,6 +573,8 @@ static sqlite3_stmt *bind_rec(struct store *s, const struct rec *r)
 	}
 	case REC_GROUP:
 		return bind_group(s, &r->u.group);
+	case REC_KERNEL:
+		return bind_kernel(s, &r->u.kernel);
 	}
 	return NULL; /* store_put refuses other kinds */
 }
@@ -716,6 +752,9 @@ static int64_t *rec_key_ts(struct rec *r, int *table)
 	case REC_TCP:
 		*table = 3;
 		return &r->u.tcp.ts_ns;
+	case REC_KERNEL:
+		*table = 4;
+		return &r->u.kernel.ts_ns;
 	default:
 		return NULL;
 	}

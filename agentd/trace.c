@@ -45,6 +45,7 @@
 #include "fqtrace.h"
 #include "fqtrace.skel.h"
 #include "ib.h"
+#include "ncclprof/nccl_profiler.h"
 #include "probe.h"
 #include "records.h"
 #include "store.h"
@@ -89,6 +90,9 @@ struct comm_ent {
 	int64_t sync_mark, p2p_sync_mark; /* process's sync total at the last one; -1: none */
 	int64_t last_ts, p2p_last_ts;     /* enqueue of the last one; REC_NULL: none */
 	uint32_t nsplits; /* children split off so far, part of the child's hash */
+	uint64_t nccl_hash; /* NCCL's hash of it (nccl_profiler.h), 0: unknown */
+	int32_t nccl_splits; /* ncclCommSplit calls on it so far: NCCL's splitCount */
+	uint64_t last_proc_cpu; /* process's CPU work at the last collective, 0: none */
 	struct comm_ent *next;
 };
 
@@ -101,6 +105,7 @@ struct proc_ent {
 struct exec_watch {
 	int pid;
 	int exec;     /* an exec, not a cgroup move: the process's identity is new */
+	int libs;     /* only new libraries to look for (a communicator init loaded one) */
 	int64_t since_ns, until_ns, next_ns;
 };
 
@@ -126,9 +131,11 @@ struct tracer {
 	int use_tai;
 	int64_t clock_off; /* bpf ts - clock_off = CLOCK_REALTIME ns */
 	int64_t boot_off;  /* CLOCK_REALTIME - CLOCK_BOOTTIME */
+	int64_t mono_off;  /* CLOCK_REALTIME - CLOCK_MONOTONIC: the NCCL plugin's clock */
 
 	struct comm_ent *comms[COMM_BUCKETS]; /* poll thread only */
 	struct syncwait *sync; /* poll thread only */
+	const struct comm_ent *kcache; /* poll thread only: comm_by_nccl()'s last answer */
 
 	pthread_mutex_t proc_mu;
 	struct proc_ent *procs[PROC_BUCKETS];
@@ -323,6 +330,8 @@ static void comm_drop(struct tracer *t, uint32_t pid, uint64_t ptr)
 	for (; (e = *pp); pp = &e->next) {
 		if (e->pid == pid && e->ptr == ptr) {
 			*pp = e->next;
+			if (t->kcache == e)
+				t->kcache = NULL;
 			free(e);
 			return;
 		}
@@ -339,6 +348,8 @@ static void comm_drop_pid(struct tracer *t, uint32_t pid)
 		while ((e = *pp)) {
 			if (e->pid == pid) {
 				*pp = e->next;
+				if (t->kcache == e)
+					t->kcache = NULL;
 				free(e);
 			} else {
 				pp = &e->next;
@@ -348,6 +359,9 @@ static void comm_drop_pid(struct tracer *t, uint32_t pid)
 }
 
 /* ---- event decoding ---- */
+
+enum watch_why { WATCH_EXEC, WATCH_MOVE, WATCH_LIBS };
+static void watch_pid(struct tracer *t, int pid, enum watch_why why);
 
 static const char *fn_label(uint32_t fn)
 {
@@ -359,12 +373,13 @@ static void on_comm(struct tracer *t, const struct fq_ev_comm *e)
 	struct rec r = { .kind = REC_COMM };
 	struct rec_comm *c = &r.u.comm;
 	struct comm_ent *ce;
-	uint64_t h = 0;
+	uint64_t h = 0, nh = 0;
 	int have = 0;
 
 	if (e->kind == FQ_K_INIT || e->kind == FQ_K_INIT_SCALABLE) {
 		if (e->has_id) {
 			h = fnv1a(FNV_BASIS, e->id, FQ_UNIQUE_ID_BYTES);
+			nh = fq_nccl_hash(e->id, FQ_UNIQUE_ID_BYTES);
 			have = 1;
 		}
 	} else if (e->kind == FQ_K_SPLIT) {
@@ -375,6 +390,9 @@ static void on_comm(struct tracer *t, const struct fq_ev_comm *e)
 		 */
 		struct comm_ent *p = comm_find(t, e->h.pid, e->parent, 0);
 
+		/* NCCL counts every split of the parent, a color-less one too */
+		if (p && p->nccl_hash)
+			nh = fq_nccl_hash_split(p->nccl_hash, ++p->nccl_splits, e->color);
 		if (p && p->hash[0]) {
 			uint32_t k = p->nsplits++;
 			int32_t color = e->color;
@@ -406,6 +424,8 @@ static void on_comm(struct tracer *t, const struct fq_ev_comm *e)
 	};
 	if (have)
 		snprintf(c->comm_hash, sizeof(c->comm_hash), "%016" PRIx64, h);
+	if (nh)
+		snprintf(c->nccl_hash, sizeof(c->nccl_hash), "%016" PRIx64, nh);
 	if (e->comm && e->ret == 0 && (ce = comm_find(t, e->h.pid, e->comm, 1))) {
 		snprintf(ce->hash, sizeof(ce->hash), "%s", c->comm_hash);
 		ce->hash_v = h;
@@ -417,8 +437,14 @@ static void on_comm(struct tracer *t, const struct fq_ev_comm *e)
 		ce->sync_mark = ce->p2p_sync_mark = -1;
 		ce->last_ts = ce->p2p_last_ts = REC_NULL;
 		ce->nsplits = 0;
+		ce->nccl_hash = nh;
+		ce->nccl_splits = 0;
+		ce->last_proc_cpu = 0;
 	}
 	store_put(t->store, &r);
+	/* NCCL loaded its profiler plugin during this init: look for it in the maps now */
+	if (e->ret == 0)
+		watch_pid(t, (int)e->h.pid, WATCH_LIBS);
 }
 
 static void on_coll(struct tracer *t, const struct fq_ev_call *e)
@@ -448,6 +474,7 @@ static void on_coll(struct tracer *t, const struct fq_ev_call *e)
 		.ret = e->ret,
 		.sync_ns = REC_NULL,
 		.gap_ns = REC_NULL,
+		.cpu_ns = REC_NULL,
 	};
 	if (ce) {
 		/* sync wait and time since the previous collective (or Send/Recv: since the
@@ -476,7 +503,64 @@ static void on_coll(struct tracer *t, const struct fq_ev_call *e)
 			c->busy_ns = (int64_t)(e->oncpu - ce->last_oncpu);
 		ce->last_tid = e->h.tid;
 		ce->last_oncpu = e->oncpu;
+		if (!p2p && e->proc_cpu) {
+			if (ce->last_proc_cpu && e->proc_cpu >= ce->last_proc_cpu)
+				c->cpu_ns = (int64_t)(e->proc_cpu - ce->last_proc_cpu);
+			ce->last_proc_cpu = e->proc_cpu;
+		}
 	}
+	store_put(t->store, &r);
+}
+
+/* fleetq's communicator of pid whose NCCL hash is nh, or NULL. */
+static const struct comm_ent *comm_by_nccl(struct tracer *t, uint32_t pid, uint64_t nh)
+{
+	if (t->kcache && t->kcache->pid == pid && t->kcache->nccl_hash == nh)
+		return t->kcache;
+	for (size_t i = 0; i < COMM_BUCKETS; i++)
+		for (struct comm_ent *e = t->comms[i]; e; e = e->next)
+			if (e->pid == pid && e->nccl_hash == nh)
+				return t->kcache = e;
+	return NULL;
+}
+
+/* A collective from fleetq's NCCL profiler plugin (bpf/fqtrace.h, struct fq_prof_rec). */
+static void on_kernel(struct tracer *t, const struct fq_ev_kernel *e)
+{
+	const struct fq_prof_rec *p = &e->r;
+	struct rec r = { .kind = REC_KERNEL };
+	struct rec_kernel *k = &r.u.kernel;
+	const struct comm_ent *ce;
+	char op[FQ_PROF_FUNC_LEN];
+
+	if (p->magic != FQ_PROF_MAGIC || p->size < sizeof(*p))
+		return;
+	memcpy(op, p->func, sizeof(op));
+	op[sizeof(op) - 1] = '\0';
+	*k = (struct rec_kernel){
+		/* the plugin's clock is CLOCK_MONOTONIC; the event's own ts is on bpf's */
+		.ts_ns = (int64_t)p->host_start_ns + t->mono_off,
+		.host_dur_ns = p->host_stop_ns >= p->host_start_ns ?
+				       (int64_t)(p->host_stop_ns - p->host_start_ns) : REC_NULL,
+		.pid = e->h.pid,
+		.rank = p->rank >= 0 ? p->rank : REC_NULL,
+		.nranks = p->nranks > 0 ? p->nranks : REC_NULL,
+		.op = op,
+		.seq = p->seq <= INT64_MAX ? (int64_t)p->seq : REC_NULL,
+		.count = p->count <= INT64_MAX ? (int64_t)p->count : REC_NULL,
+		.nchannels = p->nchannels,
+		.gpu_start_ns = p->nchannels ? (int64_t)p->gpu_start_ns : REC_NULL,
+		.gpu_dur_ns = p->nchannels && p->gpu_stop_ns >= p->gpu_start_ns ?
+				      (int64_t)(p->gpu_stop_ns - p->gpu_start_ns) : REC_NULL,
+		.gpu_ch_ns = p->nchannels ? (int64_t)p->gpu_ch_ns : REC_NULL,
+		.partial = !!(p->flags & FQ_PROF_PARTIAL),
+	};
+	if (k->seq == REC_NULL)
+		return;
+	snprintf(k->nccl_comm, sizeof(k->nccl_comm), "%016" PRIx64, p->nccl_comm);
+	ce = comm_by_nccl(t, e->h.pid, p->nccl_comm);
+	if (ce)
+		memcpy(k->comm_hash, ce->hash, sizeof(k->comm_hash));
 	store_put(t->store, &r);
 }
 
@@ -545,6 +629,26 @@ static void on_tcp(struct tracer *t, const struct fq_ev_tcp *e)
 	store_put(t->store, &r);
 }
 
+/* Has the discovery thread look at pid again soon, and for a while (EXEC_WATCH_NS). */
+static void watch_pid(struct tracer *t, int pid, enum watch_why why)
+{
+	pthread_mutex_lock(&t->mu);
+	if (t->nwatch < EXEC_PENDING) {
+		int64_t now = clock_ns(CLOCK_MONOTONIC);
+		struct exec_watch *w = &t->watch[t->nwatch++];
+
+		w->pid = pid;
+		w->exec = why == WATCH_EXEC;
+		w->libs = why == WATCH_LIBS;
+		w->since_ns = now;
+		w->next_ns = now;
+		w->until_ns = now + EXEC_WATCH_NS;
+	}
+	t->woken = 1;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+}
+
 static void on_exit_ev(struct tracer *t, const struct fq_ev_proc *e)
 {
 	struct rec r = { .kind = REC_PROCESS };
@@ -586,20 +690,7 @@ static void on_exec(struct tracer *t, const struct fq_ev_proc *e)
 		forget_process(t, (int)e->h.pid);
 	if (t->verbose)
 		tlog("exec or cgroup move: pid %u at %lld", e->h.pid, (long long)clock_ns(CLOCK_MONOTONIC));
-	pthread_mutex_lock(&t->mu);
-	if (t->nwatch < EXEC_PENDING) {
-		int64_t now = clock_ns(CLOCK_MONOTONIC);
-
-		t->watch[t->nwatch].pid = (int)e->h.pid;
-		t->watch[t->nwatch].exec = exec;
-		t->watch[t->nwatch].since_ns = now;
-		t->watch[t->nwatch].next_ns = now;
-		t->watch[t->nwatch].until_ns = now + EXEC_WATCH_NS;
-		t->nwatch++;
-	}
-	t->woken = 1;
-	pthread_cond_signal(&t->cv);
-	pthread_mutex_unlock(&t->mu);
+	watch_pid(t, (int)e->h.pid, exec ? WATCH_EXEC : WATCH_MOVE);
 }
 
 static int on_event(void *ctx, void *data, size_t len)
@@ -681,6 +772,10 @@ static int on_event(void *ctx, void *data, size_t len)
 			};
 			store_put(t->store, &r);
 		}
+		break;
+	case FQ_EV_KERNEL:
+		if (len >= sizeof(struct fq_ev_kernel))
+			on_kernel(t, data);
 		break;
 	case FQ_EV_EXEC:
 	case FQ_EV_CGMOVE:
@@ -783,6 +878,10 @@ static int attach_file(struct tracer *t, const char *path)
 		case FQ_K_GROUP_END:
 			in = t->skel->progs.group_end_entry;
 			out = t->skel->progs.group_end_return;
+			break;
+		case FQ_K_PROF:
+			in = t->skel->progs.prof_kernel;
+			out = NULL;
 			break;
 		default:
 			in = t->skel->progs.cuda_entry;
@@ -887,6 +986,10 @@ static void *disc_main(void *arg)
 		}
 		pthread_mutex_unlock(&t->mu);
 		for (i = 0; i < n; i++) {
+			if (w[i].libs) {
+				discover_scan_libs(t->disc, w[i].pid, lib_found, t);
+				continue;
+			}
 			if (w[i].exec)
 				discover_forget(t->disc, w[i].pid);
 			discover_scan_pid(t->disc, w[i].pid, lib_found, proc_found, t);
@@ -1124,6 +1227,7 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 			 "realtime (bpf_ktime_get_ns + monotonic offset measured at start)");
 	}
 	t->boot_off = clock_diff(CLOCK_REALTIME, CLOCK_BOOTTIME);
+	t->mono_off = clock_diff(CLOCK_REALTIME, CLOCK_MONOTONIC);
 
 	so.path = t->db_path;
 	so.node = t->node;

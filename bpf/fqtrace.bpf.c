@@ -64,7 +64,8 @@ struct inflight {
 	uint64_t comm;
 	uint64_t count;
 	uint64_t stream;
-	uint64_t oncpu;
+	uint64_t oncpu;    /* thread's on-CPU ns at entry (collectives, synchronize) */
+	uint64_t proc_cpu; /* collectives: the process's CPU work at entry */
 	int32_t dtype;
 	int32_t redop;
 	int32_t peer;
@@ -126,6 +127,23 @@ struct {
 	__type(key, uint32_t); /* tid */
 	__type(value, struct cpu_acct);
 } oncpu SEC(".maps");
+
+/*
+ * Per traced process: on-CPU ns of its threads' finished slices (every thread), and the part
+ * of it spent inside probed wait calls (synchronize, collectives), which a CUDA runtime may
+ * spend spinning. Their difference is the process's CPU work (collectives.cpu_ns).
+ */
+struct proc_acct {
+	uint64_t cpu;
+	uint64_t wait_cpu;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, uint32_t); /* tgid */
+	__type(value, struct proc_acct);
+} proccpu SEC(".maps");
 
 struct off_start {
 	uint64_t ts;
@@ -253,6 +271,35 @@ static __always_inline uint64_t oncpu_now(uint32_t tid, uint64_t ts)
 	return a->total;
 }
 
+static __always_inline struct proc_acct *proc_acct_get(uint32_t tgid)
+{
+	struct proc_acct *p = bpf_map_lookup_elem(&proccpu, &tgid), n = {};
+
+	if (p)
+		return p;
+	bpf_map_update_elem(&proccpu, &tgid, &n, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&proccpu, &tgid);
+}
+
+/*
+ * The process's CPU work so far: its threads' finished slices, plus the calling thread's
+ * current one, less what was spent inside wait calls. Other threads' running slices are not
+ * in it yet: a span's total is short by at most the slices running at its two ends.
+ */
+static __always_inline uint64_t proc_cpu_now(uint32_t tgid, uint32_t tid, uint64_t ts)
+{
+	struct proc_acct *p = proc_acct_get(tgid);
+	struct cpu_acct *a = bpf_map_lookup_elem(&oncpu, &tid);
+	uint64_t v;
+
+	if (!p)
+		return 0;
+	v = p->cpu;
+	if (a && a->on_ts && ts > a->on_ts)
+		v += ts - a->on_ts;
+	return v > p->wait_cpu ? v - p->wait_cpu : 0;
+}
+
 /* The calling thread's state if its process is traced (created on its first call), or NULL. */
 static __always_inline struct thread_state *thread_get(uint64_t ck, uint64_t id)
 {
@@ -290,7 +337,12 @@ static __always_inline int call_entry(struct pt_regs *ctx, unsigned int slot)
 	f->peer = (p = FQ_CK_POS(ck, FQ_CK_PEER)) ? (int32_t)arg_at(ctx, p) : -1;
 	f->stream = (p = FQ_CK_POS(ck, FQ_CK_STREAM)) ? arg_at(ctx, p) : 0;
 	f->ts = now_ns();
-	f->oncpu = slot == CALL_NCCL && trace_sched ? oncpu_now((uint32_t)id, f->ts) : 0;
+	f->oncpu = 0;
+	f->proc_cpu = 0;
+	if (trace_sched && (slot == CALL_NCCL || FQ_CK_KIND(ck) == FQ_K_SYNC))
+		f->oncpu = oncpu_now((uint32_t)id, f->ts);
+	if (trace_sched && slot == CALL_NCCL)
+		f->proc_cpu = proc_cpu_now(id >> 32, (uint32_t)id, f->ts);
 	return 0;
 }
 
@@ -314,6 +366,13 @@ static __always_inline int call_return(struct pt_regs *ctx, unsigned int slot, u
 	ts = now_ns();
 	if (slot == CALL_NCCL && s->group_depth)
 		s->group_ncalls++;
+	if (trace_sched && (slot == CALL_NCCL || FQ_CK_KIND(f->cookie) == FQ_K_SYNC)) {
+		uint64_t id = bpf_get_current_pid_tgid(), in = oncpu_now((uint32_t)id, ts);
+		struct proc_acct *p = proc_acct_get(id >> 32);
+
+		if (p && in > f->oncpu)
+			__sync_fetch_and_add(&p->wait_cpu, in - f->oncpu);
+	}
 	e = reserve(sizeof(*e));
 	if (e) {
 		fill_hdr(&e->h, type, bpf_get_current_pid_tgid(), FQ_CK_FN(f->cookie), f->ts);
@@ -322,6 +381,7 @@ static __always_inline int call_return(struct pt_regs *ctx, unsigned int slot, u
 		e->count = f->count;
 		e->stream = f->stream;
 		e->oncpu = f->oncpu;
+		e->proc_cpu = f->proc_cpu;
 		e->ret = (int32_t)PT_REGS_RC(ctx);
 		e->dtype = f->dtype;
 		e->redop = f->redop;
@@ -540,8 +600,13 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 
 		ts = now_ns();
 		if (a) {
-			if (a->on_ts && ts > a->on_ts)
+			if (a->on_ts && ts > a->on_ts) {
+				struct proc_acct *p = proc_acct_get(ptgid);
+
 				a->total += ts - a->on_ts;
+				if (p)
+					__sync_fetch_and_add(&p->cpu, ts - a->on_ts);
+			}
 			a->on_ts = 0;
 		}
 		if (bpf_core_field_exists(prev->__state))
@@ -647,6 +712,7 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 	else
 		code = BPF_CORE_READ(p, exit_code);
 	bpf_map_delete_elem(&traced, &tgid);
+	bpf_map_delete_elem(&proccpu, &tgid);
 	e = reserve(sizeof(*e));
 	if (!e)
 		return 0;
@@ -654,6 +720,30 @@ int BPF_PROG(proc_exit, struct task_struct *p)
 	e->ppid = BPF_CORE_READ(p, real_parent, tgid);
 	e->exit_code = code;
 	submit_now(e);
+	return 0;
+}
+
+/*
+ * fleetq's NCCL profiler plugin hands over one collective's record
+ * (fq_nccl_kernel_done(const struct fq_prof_rec *)): copy it as it is.
+ */
+SEC("uprobe")
+int BPF_KPROBE(prof_kernel, const void *rec)
+{
+	uint64_t id = bpf_get_current_pid_tgid();
+	struct fq_ev_kernel *e;
+
+	if (!want_current(id >> 32))
+		return 0;
+	e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_hdr(&e->h, FQ_EV_KERNEL, id, 0, now_ns());
+	if (bpf_probe_read_user(&e->r, sizeof(e->r), rec) || e->r.magic != FQ_PROF_MAGIC) {
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	submit(e, RB_SPACE(sizeof(*e)));
 	return 0;
 }
 

@@ -51,6 +51,7 @@ enum fq_kind {
 	FQ_K_CALIB, /* start-up cost measurement: full work, event discarded */
 	FQ_K_GROUP_START, /* ncclGroupStart */
 	FQ_K_GROUP_END,   /* ncclGroupEnd: 15, the last kind the cookie's 4 bits hold */
+	FQ_K_PROF,        /* fleetq's NCCL profiler plugin hand-over: not in cookies */
 };
 
 #define FQ_CK_FN(c) ((unsigned)((c) & 0xff))
@@ -79,6 +80,8 @@ struct fq_ev_call {
 	uint64_t count;  /* elements (NCCL) or bytes (cuda) */
 	uint64_t stream;
 	uint64_t oncpu;  /* issuing thread's cumulative on-CPU ns at entry, 0 if unknown */
+	uint64_t proc_cpu; /* collectives: the process's CPU work at entry (every thread's
+			    * on-CPU ns less what they spent in probed wait calls), 0 if unknown */
 	int64_t ret;
 	int32_t dtype;
 	int32_t redop;

@@ -73,17 +73,24 @@ int fqsql_schema_apply(sqlite3 *db, char **cause)
 		goto out;
 	}
 	/*
-	 * Version 2 differs from 3 by two columns at the end of collectives: added in
-	 * place (old rows have them NULL), so an agent upgrade keeps the file.
+	 * Versions 2 and 3 differ from 4 by columns at the end of collectives and comms (and
+	 * by a new table, which the schema text below creates): added in place (old rows have
+	 * them NULL), so an agent upgrade keeps the file.
 	 */
-	if (version == 2) {
-		if (sqlite3_exec(db, "ALTER TABLE collectives ADD COLUMN sync_ns INTEGER; "
-				 "ALTER TABLE collectives ADD COLUMN gap_ns INTEGER", NULL, NULL,
-				 &err) != SQLITE_OK) {
+	if (version == 2 || version == 3) {
+		const char *add = version == 2 ?
+			"ALTER TABLE collectives ADD COLUMN sync_ns INTEGER; "
+			"ALTER TABLE collectives ADD COLUMN gap_ns INTEGER; "
+			"ALTER TABLE collectives ADD COLUMN cpu_ns INTEGER; "
+			"ALTER TABLE comms ADD COLUMN nccl_hash TEXT" :
+			"ALTER TABLE collectives ADD COLUMN cpu_ns INTEGER; "
+			"ALTER TABLE comms ADD COLUMN nccl_hash TEXT";
+
+		if (sqlite3_exec(db, add, NULL, NULL, &err) != SQLITE_OK) {
 			ret = set_cause(cause,
 					sqlite3_errcode(db) == SQLITE_READONLY ? -EROFS : -EIO,
-					"cannot add collectives.sync_ns and gap_ns to a version 2 "
-					"trace: %s", err ? err : sqlite3_errmsg(db));
+					"cannot add the version 4 columns to a version %d trace: %s",
+					version, err ? err : sqlite3_errmsg(db));
 			sqlite3_free(err);
 			goto out;
 		}

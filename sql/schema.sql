@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- fleetq trace schema, version 2. Table and column names are the contract
+-- fleetq trace schema, version 4. Table and column names are the contract
 -- users' queries rely on; docs/schema.md documents every column.
 -- Times are nanoseconds: *_ts_ns / ts_ns on the node's CLOCK_REALTIME scale
 -- (see meta.clock_source), durations dur_ns.
@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS comms (
 	nranks      INTEGER,
 	fn          TEXT,        -- ncclCommInitRank, ncclCommInitRankConfig, ...
 	ret         INTEGER,
-	destroyed_ns INTEGER
+	destroyed_ns INTEGER,
+	nccl_hash   TEXT         -- v4: NCCL's own hash of it (16 hex), as its profiler plugin sees it
 );
 
 -- One row per NCCL collective or p2p call (enqueue: see docs/schema.md).
@@ -69,7 +70,8 @@ CREATE TABLE IF NOT EXISTS collectives (
 	busy_ns   INTEGER,          -- issuing thread's on-CPU time since its previous collective on this comm
 	ret       INTEGER,
 	sync_ns   INTEGER,          -- v3: process's top-level sync wait since its previous collective on this comm
-	gap_ns    INTEGER           -- v3: ns from that collective's enqueue to this one's
+	gap_ns    INTEGER,          -- v3: ns from that collective's enqueue to this one's
+	cpu_ns    INTEGER           -- v4: process's CPU work (every thread, outside waits) since then
 );
 CREATE INDEX IF NOT EXISTS collectives_comm_seq ON collectives (comm_hash, seq);
 -- Every (process, communicator, rank) by a few index probes instead of a scan of every
@@ -77,6 +79,27 @@ CREATE INDEX IF NOT EXISTS collectives_comm_seq ON collectives (comm_hash, seq);
 -- ingest barely pays for it.
 CREATE INDEX IF NOT EXISTS collectives_key ON collectives (pid, comm_hash, rank, seq)
 	WHERE seq % 64 = 0;
+
+-- v4: one row per collective as fleetq's NCCL profiler plugin saw it (GPU-side timing):
+-- NCCL's own keys (nccl_comm, op, seq: seq counts per communicator AND op), joined to the
+-- communicator agentd saw initialised where it could be (comm_hash).
+CREATE TABLE IF NOT EXISTS nccl_kernels (
+	ts_ns        INTEGER PRIMARY KEY NOT NULL, -- host: the plugin's start of the collective (enqueue)
+	host_dur_ns  INTEGER,    -- host: to the end of its launch
+	pid          INTEGER NOT NULL,
+	rank         INTEGER,
+	nranks       INTEGER,
+	nccl_comm    TEXT NOT NULL, -- NCCL's communicator hash (16 hex; comms.nccl_hash)
+	comm_hash    TEXT,       -- fleetq's, when agentd saw the communicator's init
+	op           TEXT,       -- AllReduce, AllGather, ReduceScatter, ...
+	seq          INTEGER NOT NULL, -- NCCL's seqNumber for (communicator, op), from 0
+	count        INTEGER,
+	nchannels    INTEGER,    -- kernel channels that reported start and stop
+	gpu_start_ns INTEGER,    -- this GPU's globaltimer at the earliest channel start (own clock)
+	gpu_dur_ns   INTEGER,    -- earliest channel start to latest channel stop, on the GPU
+	gpu_ch_ns    INTEGER,    -- sum over channels of their durations
+	partial      INTEGER     -- 1: handed over before every channel reported
+);
 
 -- libcudart / libcuda calls: launch, memcpy*, *Synchronize, malloc/free.
 CREATE TABLE IF NOT EXISTS cuda_calls (

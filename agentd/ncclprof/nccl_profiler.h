@@ -108,39 +108,71 @@ typedef struct {
 } fq_nccl_profiler_v4_t;
 
 /*
- * NCCL's communicator hash, as the plugin's init receives it: getHash() of NCCL's
- * src/include/bitops.h over the 128-byte ncclUniqueId, for communicators made by
- * ncclCommInitRank*. agentd computes it from the id it reads at init to join the plugin's
- * records to its own communicator (comms.nccl_hash).
+ * NCCL's communicator hash, as the plugin's init receives it (src/include/bitops.h:
+ * eatHash/digestHash). A communicator made by ncclCommInitRank* hashes its 128-byte
+ * ncclUniqueId in one piece; one made by ncclCommSplit hashes (parent hash, the parent's
+ * split count after this split, color) in three. agentd computes it from what it reads at
+ * init to join the plugin's records to its own communicator (comms.nccl_hash).
  */
-static inline uint64_t fq_nccl_hash(const unsigned char *bytes, size_t size)
-{
-	uint64_t acc0 = 1, acc1 = 1, h;
+struct fq_nccl_hacc {
+	uint64_t acc[2];
+};
 
-	acc0 ^= size;
+#define FQ_NCCL_HACC_INIT { { 1, 1 } }
+
+static inline void fq_nccl_hash_eat(struct fq_nccl_hacc *h, const void *p, size_t size)
+{
+	const unsigned char *bytes = p;
+
+	h->acc[0] ^= size;
 	while (size) {
 		size_t n = size < 8 ? size : 8;
 		uint64_t x = 0;
 
-		acc0 += acc1;
-		acc1 ^= acc0;
-		acc0 ^= acc0 >> 31;
-		acc0 *= 0x9de62bbc8cef3ce3ull;
-		acc1 ^= acc1 >> 32;
-		acc1 *= 0x485cd6311b599e79ull;
+		h->acc[0] += h->acc[1];
+		h->acc[1] ^= h->acc[0];
+		h->acc[0] ^= h->acc[0] >> 31;
+		h->acc[0] *= 0x9de62bbc8cef3ce3ull;
+		h->acc[1] ^= h->acc[1] >> 32;
+		h->acc[1] *= 0x485cd6311b599e79ull;
 		for (size_t i = 0; i < n; i++)
 			x |= (uint64_t)bytes[i] << (8 * i);
 		bytes += n;
 		size -= n;
-		acc0 += x;
+		h->acc[0] += x;
 	}
-	h = acc0;
-	h ^= h >> 31;
-	h *= 0xbac3bd562846de6bull;
-	h += acc1;
-	h ^= h >> 32;
-	h *= 0x995a187a14e7b445ull;
-	return h;
+}
+
+static inline uint64_t fq_nccl_hash_digest(const struct fq_nccl_hacc *h)
+{
+	uint64_t v = h->acc[0];
+
+	v ^= v >> 31;
+	v *= 0xbac3bd562846de6bull;
+	v += h->acc[1];
+	v ^= v >> 32;
+	v *= 0x995a187a14e7b445ull;
+	return v;
+}
+
+/* The hash of a communicator made from a unique id (bytes, size = 128). */
+static inline uint64_t fq_nccl_hash(const void *bytes, size_t size)
+{
+	struct fq_nccl_hacc h = FQ_NCCL_HACC_INIT;
+
+	fq_nccl_hash_eat(&h, bytes, size);
+	return fq_nccl_hash_digest(&h);
+}
+
+/* The hash of the split_count-th child (from 1) of parent with color. */
+static inline uint64_t fq_nccl_hash_split(uint64_t parent, int32_t split_count, int32_t color)
+{
+	struct fq_nccl_hacc h = FQ_NCCL_HACC_INIT;
+
+	fq_nccl_hash_eat(&h, &parent, sizeof(parent));
+	fq_nccl_hash_eat(&h, &split_count, sizeof(split_count));
+	fq_nccl_hash_eat(&h, &color, sizeof(color));
+	return fq_nccl_hash_digest(&h);
 }
 
 #endif

@@ -207,11 +207,11 @@ static void test_roundtrip(const char *dir)
 		  W_I(16), W_T(""));
 	CHECK_ROW(db, "SELECT * FROM comms", W_I(100), W_N, W_I(2), W_I(3), W_I(-1),
 		  W_T("fedcba9876543210"), W_I(0), W_I(2), W_T("ncclCommInitRankConfig"), W_I(-7),
-		  W_N);
+		  W_N, W_N);
 	CHECK_ROW(db, "SELECT * FROM collectives", W_I(INT64_MAX), W_I(25000), W_I(4242),
 		  W_I(4243), W_I(0x7f0012345678), W_N, W_I(1), W_I(8), W_I(0), W_T("AllReduce"),
 		  W_I(1 << 20), W_I(4 << 20), W_T("float32"), W_N, W_I(5), W_I(0x55), W_N, W_I(0),
-		  W_I(7654321), W_N);
+		  W_I(7654321), W_N, W_I(0));
 	CHECK_ROW(db, "SELECT * FROM cuda_calls", W_I(7), W_I(0), W_I(8), W_I(9),
 		  W_T("cudaStreamSynchronize"), W_T("sync"), W_N, W_I(INT64_MIN + 1), W_I(0));
 	CHECK_ROW(db, "SELECT * FROM offcpu", W_I(10), W_I(11), W_I(12), W_I(13), W_T("blocked"));
@@ -839,10 +839,12 @@ static void test_v1_file(const char *dir)
 }
 
 /*
- * A version 2 file (the layout of version 3 without collectives.sync_ns and gap_ns) is
- * upgraded in place: its rows stay, with the two new columns NULL, and new rows have them.
+ * A version 2 file (the layout of version 3 without collectives.sync_ns and gap_ns) and a
+ * version 3 file (version 4 without collectives.cpu_ns, comms.nccl_hash and the table
+ * nccl_kernels) are upgraded in place: their rows stay, with the new columns NULL, and new
+ * rows have them.
  */
-static void test_v2_file(const char *dir)
+static void test_old_file(const char *dir, int version)
 {
 	struct store_opts o = { .node = "new" };
 	char path[512], moved[600];
@@ -851,16 +853,24 @@ static void test_v2_file(const char *dir)
 	sqlite3 *db;
 	char *err = NULL;
 
-	snprintf(path, sizeof(path), "%s/v2.db", dir);
+	snprintf(path, sizeof(path), "%s/v%d.db", dir, version);
 	if (sqlite3_open(path, &db) != SQLITE_OK || fqsql_schema_apply(db, NULL) ||
 	    sqlite3_exec(db,
+			 "ALTER TABLE collectives DROP COLUMN cpu_ns;"
+			 "ALTER TABLE comms DROP COLUMN nccl_hash;"
+			 "DROP TABLE nccl_kernels;", NULL, NULL, &err) != SQLITE_OK ||
+	    (version == 2 && sqlite3_exec(db,
 			 "ALTER TABLE collectives DROP COLUMN gap_ns;"
-			 "ALTER TABLE collectives DROP COLUMN sync_ns;"
-			 "UPDATE meta SET value = 2 WHERE key = 'schema_version';"
-			 "INSERT INTO collectives (ts_ns, dur_ns, pid, tid, seq, busy_ns) "
+			 "ALTER TABLE collectives DROP COLUMN sync_ns;", NULL, NULL, &err) != SQLITE_OK) ||
+	    sqlite3_exec(db, version == 2 ?
+			 "UPDATE meta SET value = 2 WHERE key = 'schema_version';" :
+			 "UPDATE meta SET value = 3 WHERE key = 'schema_version';",
+			 NULL, NULL, &err) != SQLITE_OK ||
+	    sqlite3_exec(db, "INSERT INTO collectives (ts_ns, dur_ns, pid, tid, seq, busy_ns) "
 			 "VALUES (100, 1, 2, 3, 4, 5)",
 			 NULL, NULL, &err) != SQLITE_OK)
-		DIE("cannot make a v2 file %s: %s", path, err ? err : sqlite3_errmsg(db));
+		DIE("cannot make a v%d file %s: %s", version, path,
+		    err ? err : sqlite3_errmsg(db));
 	sqlite3_close(db);
 
 	s = open_store(path, &o);
@@ -872,12 +882,15 @@ static void test_v2_file(const char *dir)
 	db = test_reader(path);
 	CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
 		  FQSQL_SCHEMA_VERSION);
-	CHECK_ROW(db, "SELECT ts_ns, seq, busy_ns, sync_ns, gap_ns FROM collectives WHERE ts_ns = 100",
-		  W_I(100), W_I(4), W_I(5), W_N, W_N);
+	CHECK_ROW(db, "SELECT ts_ns, seq, busy_ns, sync_ns, gap_ns, cpu_ns FROM collectives "
+		  "WHERE ts_ns = 100", W_I(100), W_I(4), W_I(5), W_N, W_N, W_N);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM nccl_kernels"), 0);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM pragma_table_info('comms') "
+			       "WHERE name = 'nccl_hash'"), 1);
 	CHECK_ROW(db, "SELECT ts_ns, seq, sync_ns, gap_ns FROM collectives WHERE ts_ns = 500",
 		  W_I(500), W_I(7), W_I(2000), W_I(3000));
 	sqlite3_close(db);
-	snprintf(moved, sizeof(moved), "%s.v2", path);
+	snprintf(moved, sizeof(moved), "%s.v%d", path, version);
 	CHECK(access(moved, F_OK) != 0);
 	unlink(path);
 }
@@ -897,7 +910,8 @@ int main(void)
 	test_checkpoint(dir);
 	test_wal_bounded(dir);
 	test_v1_file(dir);
-	test_v2_file(dir);
+	test_old_file(dir, 2);
+	test_old_file(dir, 3);
 	test_rmrf(dir);
 	free(dir);
 	if (test_failures) {
