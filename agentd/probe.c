@@ -210,7 +210,7 @@ int probe_resolve(const char *path, unsigned int mask, struct probe_sym **out, c
 			    s.st_shndx == SHN_UNDEF || !s.st_value)
 				continue;
 			name = elf_strptr(elf, sh.sh_link, s.st_name);
-			if (!name || (name[0] != 'n' && name[0] != 'c'))
+			if (!name || (name[0] != 'n' && name[0] != 'c' && name[0] != 'f'))
 				continue;
 			for (i = 1; i < probe_nfns; i++)
 				if ((probe_fns[i].set & mask) && !strcmp(name, probe_fns[i].name))
