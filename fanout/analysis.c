@@ -339,28 +339,39 @@ int an_count(sqlite3 *db, int netcheck, struct an_findings *fd)
 	return walk(db, netcheck, NULL, fd, NULL);
 }
 
-static void signal_line(FILE *out, sqlite3_stmt *st, const char *sig, const char *what,
-			const char *unit_col, const char *text)
+/* "late" is in the comma list sigs. */
+static int named(const char *sigs, const char *sig)
+{
+	size_t n = strlen(sig);
+
+	for (const char *s = sigs; s && *s; s = strchr(s, ',')) {
+		s += *s == ',';
+		if (!strncmp(s, sig, n) && (s[n] == ',' || !s[n]))
+			return 1;
+	}
+	return 0;
+}
+
+/* One signal's line: its z and what it measured, "*" when it names the rank. */
+static void signal_line(FILE *out, sqlite3_stmt *st, const char *sig, const char *own,
+			const char *peer, const char *text)
 {
 	char zcol[16];
-	const char *sigs = txt(st, "signals");
-	int on = 0;
 
 	snprintf(zcol, sizeof(zcol), "z_%s", sig);
-	if (sigs)
-		for (const char *s = sigs; s; s = strchr(s, ',')) {
-			s += *s == ',';
-			on |= !strncmp(s, sig, strlen(sig));
-		}
-	if (!has(st, zcol) && !has(st, unit_col))
+	if (!has(st, zcol) && !has(st, own))
 		return;
-	fprintf(out, "  %s %-5s", on ? "*" : " ", what);
+	fprintf(out, "  %s %-4s", named(txt(st, "signals"), sig) ? "*" : " ", sig);
 	if (has(st, zcol))
 		fprintf(out, " z=%+8.2f", dbl(st, zcol));
 	else
 		fprintf(out, " z=%8s", "-");
-	if (has(st, unit_col))
-		fprintf(out, "  %.3f ms %s", dbl(st, unit_col), text);
+	if (has(st, own)) {
+		fprintf(out, "  %.3f ms", dbl(st, own));
+		if (peer && has(st, peer))
+			fprintf(out, ", peers %.3f ms", dbl(st, peer));
+		fprintf(out, " %s", text);
+	}
 	fputc('\n', out);
 }
 
@@ -381,20 +392,46 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 			or_q(txt(st, "last_seq")));
 		return;
 	}
-	fprintf(out, "%s: rank %s on %s\n", v && !strcmp(v, "straggler") ? "straggler" : or_q(v),
+	/* The line an epilog greps for, with the effect: never a z alone. */
+	fprintf(out, "%s: rank %s on %s", v && !strcmp(v, "straggler") ? "straggler" : or_q(v),
 		or_q(txt(st, "rank")), or_q(txt(st, "node")));
+	if (has(st, "effect_pct"))
+		fprintf(out, ": %s %.1f%% of %s", v && !strcmp(v, "straggler") ?
+			"costs its peers" : "largest effect", dbl(st, "effect_pct"),
+			has(st, "signals") && !strcmp(txt(st, "signals"), "late") ?
+				"a step" : "the span");
+	fputc('\n', out);
 	fprintf(out, "  pid %s, communicator %s (%s of %s ranks answered", or_q(txt(st, "pid")),
 		or_q(txt(st, "comm_hash")), or_q(txt(st, "ranks")), or_q(txt(st, "nranks")));
 	if (has(st, "step_ms"))
 		fprintf(out, ", step %.3f ms", dbl(st, "step_ms"));
+	if (has(st, "span_s"))
+		fprintf(out, ", span %.3f s", dbl(st, "span_s"));
 	fprintf(out, ")\n");
 	if (has(st, "signals"))
-		fprintf(out, "  signals that agree: %s (method %s)\n", txt(st, "signals"),
+		fprintf(out, "  signals that name it: %s (method %s)\n", txt(st, "signals"),
 			or_q(txt(st, "method")));
-	signal_line(out, st, "late", "late", "late_ms", "after the first rank to arrive (median)");
-	signal_line(out, st, "busy", "busy", "busy_ms", "on-CPU between collectives (median)");
-	signal_line(out, st, "sync", "sync", "sync_ms",
-		    "blocked in synchronize per collective (median; a straggler waits least)");
+	signal_line(out, st, "late", "late_ms", NULL,
+		    "after the first rank to arrive (median per collective)");
+	if (has(st, "late_ms")) {
+		if (has(st, "clock_err_ms"))
+			fprintf(out, "%12sclock offset uncertainty %.3f ms\n", "",
+				dbl(st, "clock_err_ms"));
+		else
+			fprintf(out, "%12sclock offset uncertainty unknown: lateness names no one "
+				     "alone\n", "");
+	}
+	signal_line(out, st, "wait", "wait_ms", "peer_wait_ms",
+		    "a step waiting on the GPU (a straggler waits least)");
+	if (has(st, "gpu_ms") || has(st, "z_gpu")) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "per %s kernel on the GPU (shortest: arrives last)",
+			 or_q(txt(st, "gpu_op")));
+		signal_line(out, st, "gpu", "gpu_ms", "peer_gpu_ms", what);
+	}
+	signal_line(out, st, "cpu", "cpu_ms", "peer_cpu_ms",
+		    "a step of CPU work (every thread, outside waits)");
 	if (has(st, "peers_wait_s") && dbl(st, "peers_wait_s") > 0)
 		fprintf(out, "  cost: peers lost %.3f GPU-seconds waiting on it\n",
 			dbl(st, "peers_wait_s"));

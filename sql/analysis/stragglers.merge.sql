@@ -1,45 +1,55 @@
 -- SPDX-License-Identifier: MIT
 -- stragglers.merge.sql: `fleetq stragglers`, run over the merged rows of
 -- stragglers.node.sql (table results: node, then that file's columns) and the table
--- clock(node, offset_ns, rtt_ns), offset = node clock minus coordinator clock.
+-- clock(node, offset_ns, rtt_ns, samples), offset = node clock minus coordinator clock.
 -- docs/analysis.md explains the method; the short form is DESIGN.md section 2.
+--
+-- Every signal compares the ranks of one communicator over the SAME span: the seqs that
+-- every answering rank reached (GPU-side: the (op, seq) every rank's plugin reported). A
+-- step holds many collectives (gradient buckets, layers) and often one synchronize, so the
+-- CPU-side signals are totals over that span, not medians of per-collective values.
 --
 -- Parameters (all optional; unbound = NULL = the default):
 --   :threshold      robust z above which a signal counts (3.5, Iglewicz-Hoaglin)
---   :min_effect     a deviation below this fraction of the communicator's step period is
---                   never flagged: the MAD is floored at it (0.005)
---   :min_effect_ns  the same floor in ns, for communicators with very short periods (20000)
---   :ratio          2-3 ranks: a peer sync wait this many times this rank's marks this
---                   rank slow (3)
+--   :min_effect     a signal names a rank only when its effect is at least this share of
+--                   the span (wait, GPU) or of the step (lateness): the peers' lost time
+--                   (0.02)
+--   :floor          the MAD is floored at this share of the span (totals) or of the step
+--                   (lateness): noise between equal ranks never scores (0.005)
+--   :min_effect_ns  the same floor in ns, for very short spans (20000)
+--   :clock_margin   lateness counts on its own only when it is this many times the clock
+--                   offset's uncertainty (half the best ping's RTT per node; 0 on one node)
+--                   (10)
 --   :hang_ns        a rank behind its communicator's newest seq whose newest collective is
 --                   older than max(:hang_ns, 10 step periods) is hung (1.5e9)
 --   :all_ranks      1: one row per rank, 'ok' ones too; default: only hung and stragglers
 --
--- One row per (comm_hash, node, rank, pid), hung first, then stragglers, then by the
--- number of agreeing signals and the largest z:
---   comm_hash, node, rank, pid, nranks (declared), ranks (answering in the window),
---   verdict ('hung' | 'straggler' | 'ok'), signals ('late,busy,sync', plus 'ratio' when
---   the 2-3 rank ratio rule fired), method ('mad': z against median/MAD across ranks;
---   'pair': 2 ranks, z of the difference to the other rank over the floor),
---   z_late, z_busy, z_sync (all oriented so that positive = straggler-like; z_sync is
---   negated because the straggler waits least), late_ms, busy_ms, sync_ms (per-rank
---   medians per collective), peers_wait_s (GPU-seconds peers waited on this rank in the
---   window), step_ms (communicator's median step period), last_seq, stopped_at_seq (the
---   seq a hung rank never entered), stopped_op (what its peers ran there), stopped_s_ago.
+-- One row per (comm_hash, node, rank, pid), hung first, then stragglers, then by effect:
+--   comm_hash (fleetq's; 'nccl:<hash>' for a communicator only the NCCL plugin saw), node,
+--   rank, pid, nranks (declared), ranks (answering), verdict ('hung' | 'straggler' | 'ok'),
+--   signals (those that name it: late, wait, gpu; cpu when its CPU work also stands out),
+--   method ('mad': robust z across ranks; 'pair': 2 ranks, the difference over the floor),
+--   effect_pct (the largest naming signal's effect: the share of the span its peers lost,
+--   or its lateness as a share of the step), z_late, z_wait, z_gpu, z_cpu (oriented:
+--   positive = straggler-like), late_ms (median lateness per collective), wait_ms and
+--   peer_wait_ms (wait on the GPU per step: this rank, the communicator's median),
+--   gpu_op, gpu_ms and peer_gpu_ms (the collective kernel's median GPU time for the op that
+--   stands out most: this rank, its peers), cpu_ms and peer_cpu_ms (CPU work per step),
+--   peers_wait_s (GPU-seconds its peers waited on it in the span), clock_err_ms (the
+--   lateness's uncertainty; NULL: unknown), span_s, step_ms, last_seq, stopped_at_seq,
+--   stopped_op, stopped_s_ago.
 WITH
 prm AS (
-	SELECT coalesce(:threshold, 3.5) AS thr, coalesce(:min_effect, 0.005) AS eff,
-	       coalesce(:min_effect_ns, 20000) AS eff_ns, coalesce(:ratio, 3.0) AS ratio,
-	       coalesce(:hang_ns, 1.5e9) AS hang_ns, coalesce(:all_ranks, 0) AS all_ranks
+	SELECT coalesce(:threshold, 3.5) AS thr, coalesce(:min_effect, 0.02) AS eff,
+	       coalesce(:floor, 0.005) AS fl, coalesce(:min_effect_ns, 20000) AS fl_ns,
+	       coalesce(:clock_margin, 10) AS ck, coalesce(:hang_ns, 1.5e9) AS hang_ns,
+	       coalesce(:all_ranks, 0) AS all_ranks
 ),
 -- each rank's collectives in one piece: a node sends a 'rank' row per 65536 seqs (a row has
 -- a size limit), mostly one; the objects and arrays of a rank's rows are spliced together
 rk AS (
 	SELECT node, comm_hash, rank, pid, max(nranks) AS nranks,
-	       '{' || group_concat(substr(ts_by_seq, 2, length(ts_by_seq) - 2)) || '}' AS ts_by_seq,
-	       '{' || group_concat(substr(sync_by_seq, 2, length(sync_by_seq) - 2)) || '}'
-		       AS sync_by_seq,
-	       '[' || group_concat(substr(busy_list, 2, length(busy_list) - 2)) || ']' AS busy_list,
+	       '{' || group_concat(substr(by_seq, 2, length(by_seq) - 2)) || '}' AS by_seq,
 	       '[' || group_concat(substr(gap_list, 2, length(gap_list) - 2)) || ']' AS gap_list
 	FROM results WHERE kind = 'rank'
 	GROUP BY node, comm_hash, rank, pid
@@ -48,73 +58,156 @@ rk AS (
 nr AS (
 	SELECT comm_hash, count(*) AS n FROM rk GROUP BY comm_hash
 ),
--- seqs every answering rank of the communicator reached, and who arrived first, from the
--- nodes' 'seq' rows (their earliest enqueue and how many ranks enqueued it)
+-- seqs every answering rank of the communicator reached, who arrived first, and what ran
+-- there, from the nodes' 'seq' rows (their earliest enqueue and how many ranks enqueued it)
 full AS (
-	SELECT g.comm_hash, g.seq, g.t_first
+	SELECT g.comm_hash, g.seq, g.t_first, g.op, g.cnt
 	FROM (SELECT s.comm_hash, s.seq, min(s.ts_ns - coalesce(k.offset_ns, 0)) AS t_first,
-		     sum(s.n) AS k
+		     sum(s.n) AS k, max(s.op) AS op, max(s.count) AS cnt
 	      FROM results s LEFT JOIN clock k ON k.node = s.node
 	      WHERE s.kind = 'seq' GROUP BY s.comm_hash, s.seq) g
 	JOIN nr ON nr.comm_hash = g.comm_hash AND nr.n = g.k
 ),
--- per rank, from its JSON: busy gap, sync wait and step period (clock-free: gap is the
--- node's own difference); over the seqs every rank reached, arrival lateness on the
--- coordinator's clock and total sync wait. Each is a subquery over one rank's JSON (no
--- grouping of the expanded members: a sort of every collective); in the lateness and sync
--- ones the join order is the plan, each member looking full up by (seq, comm_hash) through
--- an automatic index. (json_each's key is the seq as text.)
-r AS (
-	SELECT x.comm_hash, x.node, x.rank, x.pid, x.nranks,
-	       (SELECT median(value) FROM json_each(x.busy_list)) AS busy,
-	       (SELECT median(value) FROM json_each(x.sync_by_seq)) AS sync,
-	       (SELECT median(value) FROM json_each(x.gap_list)) AS step,
-	       (SELECT median(j.value - coalesce(k.offset_ns, 0) - f.t_first)
-		FROM json_each(x.ts_by_seq) j CROSS JOIN full f
-		WHERE f.seq = j.key + 0 AND f.comm_hash = x.comm_hash) AS late,
-	       (SELECT sum(s.value) FROM json_each(x.sync_by_seq) s CROSS JOIN full g
-		WHERE g.seq = s.key + 0 AND g.comm_hash = x.comm_hash) AS sync_total
+-- the step, learnt from the trace: the smallest period p (collectives a step) at which what
+-- runs repeats (op and element count of seq s and s + p agree for 95 % of the span); 1 when
+-- nothing repeats (then the step is the mean gap between collectives)
+pk(p) AS (SELECT 1 UNION ALL SELECT p + 1 FROM pk WHERE p < 64),
+per AS (
+	SELECT a.comm_hash, pk.p, avg(a.op IS b.op AND a.cnt IS b.cnt) AS m, count(*) AS k
+	FROM full a CROSS JOIN pk JOIN full b ON b.comm_hash = a.comm_hash AND b.seq = a.seq + pk.p
+	GROUP BY a.comm_hash, pk.p
+),
+period AS (
+	SELECT comm_hash, coalesce(min(p) FILTER (WHERE m >= 0.95 AND k >= 2 * p), 1) AS p
+	FROM per GROUP BY comm_hash
+),
+-- per rank, one pass over its JSON (seq -> [enqueue, wait, cpu]) joined to the seqs every
+-- rank reached: median lateness on the coordinator's clock, total wait, total CPU work, the
+-- span on the rank's own clock, how many; the join order is the plan (each member looks
+-- full up by (seq, comm_hash) through an automatic index)
+ra AS (
+	SELECT x.comm_hash, x.node, x.rank, x.pid, x.nranks, k.rtt_ns, k.node IS NOT NULL AS clocked,
+	       (SELECT json_array(median(j.value ->> 0 - coalesce(k.offset_ns, 0) - f.t_first),
+				  sum(j.value ->> 1), sum(j.value ->> 2), count(j.value ->> 2),
+				  max(j.value ->> 0) - min(j.value ->> 0), count(*))
+		FROM json_each(x.by_seq) j CROSS JOIN full f
+		WHERE f.seq = j.key + 0 AND f.comm_hash = x.comm_hash) AS a,
+	       (SELECT median(value) FROM json_each(x.gap_list)) AS gap
 	FROM rk x LEFT JOIN clock k ON k.node = x.node
 ),
--- per communicator: centre and spread of each signal; the MAD floor
-cm AS (
-	SELECT r.comm_hash, count(*) AS n, median(r.step) AS step,
-	       max(prm.eff * coalesce(median(r.step), 0), prm.eff_ns) AS floor,
-	       median(r.late) AS m_late, mad(r.late) AS d_late, sum(r.late) AS s_late,
-	       median(r.busy) AS m_busy, mad(r.busy) AS d_busy, sum(r.busy) AS s_busy,
-	       median(r.sync) AS m_sync, mad(r.sync) AS d_sync, sum(r.sync) AS s_sync
-	FROM r, prm GROUP BY r.comm_hash
+r AS (
+	SELECT comm_hash, node, rank, pid, nranks, rtt_ns, clocked, gap,
+	       a ->> 0 AS late, a ->> 1 AS wait, iif(a ->> 3 > 0, a ->> 2, NULL) AS cpu,
+	       a ->> 4 AS span, a ->> 5 AS nfull
+	FROM ra
 ),
--- robust z per signal; with 2 ranks the MAD is half their difference whatever it is,
--- so the other rank is the centre and the floor the scale
+-- per communicator: centre and spread of each signal, the span, the step, the clock error
+cm AS (
+	SELECT r.comm_hash, count(*) AS n, median(r.span) AS span, median(r.nfull) AS nfull,
+	       median(r.gap) AS gap, count(DISTINCT r.node) AS nodes,
+	       min(r.clocked) AS clocked, max(r.rtt_ns) AS rtt,
+	       median(r.late) AS m_late, mad(r.late) AS d_late, sum(r.late) AS s_late,
+	       median(r.wait) AS m_wait, mad(r.wait) AS d_wait, sum(r.wait) AS s_wait,
+	       median(r.cpu) AS m_cpu, mad(r.cpu) AS d_cpu, sum(r.cpu) AS s_cpu, count(r.cpu) AS n_cpu
+	FROM r GROUP BY r.comm_hash
+),
+cs AS (
+	SELECT cm.*, coalesce(pe.p, 1) AS period,
+	       -- collectives a step times the mean gap over the span
+	       CASE WHEN cm.nfull > 1 AND cm.span > 0
+		    THEN cm.span * coalesce(pe.p, 1) / (cm.nfull - 1) ELSE cm.gap END AS step,
+	       -- the offset's uncertainty: a half RTT per node, two nodes apart; one node, none
+	       CASE WHEN cm.nodes = 1 THEN 0 WHEN cm.clocked THEN cm.rtt END AS clock_err,
+	       max(prm.fl * cm.span, prm.fl_ns) AS floor_span
+	FROM cm LEFT JOIN period pe USING (comm_hash), prm
+),
+-- oriented robust z per signal (with 2 ranks the other rank is the centre and the floor the
+-- scale) and each signal's effect
 z AS (
-	SELECT r.*, cm.n, cm.step AS cstep, cm.floor,
-	       CASE WHEN cm.n = 2 THEN robust_z(r.late, cm.s_late - r.late, cm.floor)
-		    ELSE robust_z(r.late, cm.m_late, max(cm.d_late, cm.floor)) END AS z_late,
-	       CASE WHEN cm.n = 2 THEN robust_z(r.busy, cm.s_busy - r.busy, cm.floor)
-		    ELSE robust_z(r.busy, cm.m_busy, max(cm.d_busy, cm.floor)) END AS z_busy,
-	       -CASE WHEN cm.n = 2 THEN robust_z(r.sync, cm.s_sync - r.sync, cm.floor)
-		     ELSE robust_z(r.sync, cm.m_sync, max(cm.d_sync, cm.floor)) END AS z_sync,
-	       -- 2-3 ranks: every peer waits >= :ratio times as long, by more than the floor
-	       CASE WHEN cm.n BETWEEN 2 AND 3 THEN
-		       (SELECT min(p.sync) FROM r p
-			WHERE p.comm_hash = r.comm_hash
-			  AND NOT (p.node IS r.node AND p.rank IS r.rank AND p.pid IS r.pid))
-	       END AS peer_sync,
-	       -- GPU-seconds peers waited on this rank: sum over peers with a longer total sync
-	       -- wait of (theirs - this rank's), over the seqs every rank reached
-	       (sum(r.sync_total) OVER wd - count(r.sync_total) OVER wd * r.sync_total) / 1e9
-		       AS peers_wait_s
-	FROM r JOIN cm USING (comm_hash)
-	WINDOW wd AS (PARTITION BY r.comm_hash ORDER BY r.sync_total DESC
+	SELECT r.*, cs.n, cs.step, cs.span AS cspan, cs.period, cs.nfull AS cnfull, cs.clock_err,
+	       cs.m_wait, cs.m_cpu,
+	       max(prm.fl * cs.step, prm.fl_ns, coalesce(cs.clock_err, 0)) AS floor_late,
+	       CASE WHEN cs.n = 2 THEN robust_z(r.late, cs.s_late - r.late,
+					       max(prm.fl * cs.step, prm.fl_ns, coalesce(cs.clock_err, 0)))
+		    ELSE robust_z(r.late, cs.m_late, max(cs.d_late, prm.fl * cs.step, prm.fl_ns,
+							 coalesce(cs.clock_err, 0))) END AS z_late,
+	       -CASE WHEN cs.n = 2 THEN robust_z(r.wait, cs.s_wait - r.wait, cs.floor_span)
+		     ELSE robust_z(r.wait, cs.m_wait, max(cs.d_wait, cs.floor_span)) END AS z_wait,
+	       CASE WHEN cs.n_cpu < cs.n THEN NULL
+		    WHEN cs.n = 2 THEN robust_z(r.cpu, cs.s_cpu - r.cpu, cs.floor_span)
+		    ELSE robust_z(r.cpu, cs.m_cpu, max(cs.d_cpu, cs.floor_span)) END AS z_cpu,
+	       -- what its peers lost: their (median) wait beyond this rank's, a share of the span
+	       ((CASE WHEN cs.n = 2 THEN cs.s_wait - r.wait ELSE cs.m_wait END) - r.wait)
+		       / nullif(cs.span, 0) AS e_wait,
+	       r.late / nullif(cs.step, 0) AS e_late,
+	       (r.cpu - CASE WHEN cs.n = 2 THEN cs.s_cpu - r.cpu ELSE cs.m_cpu END)
+		       / nullif(cs.span, 0) AS e_cpu,
+	       -- GPU-seconds peers waited on this rank: sum over peers with a longer total wait
+	       -- of (theirs - this rank's), over the seqs every rank reached
+	       (sum(r.wait) OVER wd - count(r.wait) OVER wd * r.wait) / 1e9 AS peers_wait_s
+	FROM r JOIN cs USING (comm_hash), prm
+	WINDOW wd AS (PARTITION BY r.comm_hash ORDER BY r.wait DESC
 		      RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+),
+-- GPU side (fleetq's NCCL plugin): each rank's kernels per (NCCL communicator, op), spliced
+gk AS (
+	SELECT node, nccl_comm, op, rank, pid, max(nranks) AS nranks,
+	       coalesce(max(comm_hash), 'nccl:' || nccl_comm) AS comm_hash,
+	       '{' || group_concat(substr(gpu_by_seq, 2, length(gpu_by_seq) - 2)) || '}' AS g,
+	       max(gpu_span_ns) AS gspan
+	FROM results WHERE kind = 'kern'
+	GROUP BY node, nccl_comm, op, rank, pid
+),
+gnr AS (
+	SELECT nccl_comm, op, count(*) AS n FROM gk GROUP BY nccl_comm, op
+),
+-- the (op, seq) every rank's plugin reported
+gfull AS (
+	SELECT c.nccl_comm, c.op, c.seq
+	FROM (SELECT x.nccl_comm, x.op, j.key + 0 AS seq, count(*) AS k
+	      FROM gk x, json_each(x.g) j GROUP BY x.nccl_comm, x.op, j.key + 0) c
+	JOIN gnr ON gnr.nccl_comm = c.nccl_comm AND gnr.op IS c.op AND gnr.n = c.k
+),
+gr AS (
+	SELECT x.*,
+	       (SELECT json_array(sum(j.value), median(j.value), count(*))
+		FROM json_each(x.g) j CROSS JOIN gfull f
+		WHERE f.seq = j.key + 0 AND f.nccl_comm = x.nccl_comm AND f.op IS x.op) AS a
+	FROM gk x
+),
+gt AS (
+	SELECT node, nccl_comm, op, rank, pid, nranks, comm_hash, gspan, a ->> 0 AS tot,
+	       a ->> 1 AS med, a ->> 2 AS nk
+	FROM gr
+),
+gcm AS (
+	SELECT nccl_comm, op, count(*) AS n, median(tot) AS m, mad(tot) AS d, sum(tot) AS s,
+	       median(gspan) AS gspan, median(med) AS m_med, sum(med) AS s_med
+	FROM gt GROUP BY nccl_comm, op
+),
+-- the rank whose kernels are shortest arrived last: its peers' kernels waited for it
+gz AS (
+	SELECT t.*, c.n AS gn,
+	       -CASE WHEN c.n = 2 THEN robust_z(t.tot, c.s - t.tot, max(prm.fl * c.gspan, prm.fl_ns))
+		     ELSE robust_z(t.tot, c.m, max(c.d, prm.fl * c.gspan, prm.fl_ns)) END AS z_gpu,
+	       ((CASE WHEN c.n = 2 THEN c.s - t.tot ELSE c.m END) - t.tot) / nullif(c.gspan, 0)
+		       AS e_gpu,
+	       CASE WHEN c.n = 2 THEN c.s_med - t.med ELSE c.m_med END AS peer_med
+	FROM gt t JOIN gcm c USING (nccl_comm, op), prm
+	WHERE t.nk > 0
+),
+-- per rank, the op that stands out most
+gb AS (
+	SELECT * FROM (SELECT gz.*, row_number() OVER (PARTITION BY comm_hash, node, rank, pid
+						       ORDER BY z_gpu DESC) AS o FROM gz)
+	WHERE o = 1
 ),
 flags AS (
 	SELECT z.*,
-	       (z_late > prm.thr) AS f_late, (z_busy > prm.thr) AS f_busy,
-	       (z_sync > prm.thr) AS f_sync,
-	       coalesce(peer_sync >= prm.ratio * sync AND peer_sync - sync >= floor, 0) AS f_ratio,
-	       max(coalesce(z_late, 0), coalesce(z_busy, 0), coalesce(z_sync, 0)) AS zmax
+	       (z.z_late > prm.thr AND z.e_late >= prm.eff AND z.clock_err IS NOT NULL
+		AND z.late >= prm.ck * z.clock_err) AS f_late,
+	       (z.z_wait > prm.thr AND z.e_wait >= prm.eff) AS f_wait,
+	       (z.z_cpu > prm.thr AND z.e_cpu >= prm.eff) AS f_cpu
 	FROM z, prm
 ),
 -- each node's time, once per node (a subquery per 'last' row would scan results each time)
@@ -137,50 +230,69 @@ hang AS (
 	       -- newest collective of any rank of the communicator
 	       coalesce(l.now_ns - l.ts_ns, lc.newest - l.t) AS age_ns,
 	       l.seq < lc.maxseq AND coalesce(l.now_ns - l.ts_ns, lc.newest - l.t) >=
-		       max(prm.hang_ns, 10 * coalesce(cm.step, 0)) AS hung
-	FROM lastr l JOIN lc USING (comm_hash) LEFT JOIN cm USING (comm_hash), prm
+		       max(prm.hang_ns, 10 * coalesce(cs.step, 0)) AS hung
+	FROM lastr l JOIN lc USING (comm_hash) LEFT JOIN cs USING (comm_hash), prm
 ),
 ranks AS (
 	SELECT comm_hash, node, rank, pid FROM flags
+	UNION
+	SELECT comm_hash, node, rank, pid FROM gb
 	UNION
 	SELECT comm_hash, node, rank, pid FROM hang
 ),
 v AS (
 	SELECT u.comm_hash, u.node, u.rank, u.pid,
-	       coalesce(f.nranks, h.nranks) AS nranks, coalesce(f.n, 0) AS ranks,
-	       CASE WHEN h.hung THEN 'hung'
-		    WHEN f.f_late + f.f_busy + f.f_sync >= 2
-			 OR max(coalesce(f.z_busy, 0), coalesce(f.z_sync, 0)) >= 2 * prm.thr
-			 OR f.f_ratio THEN 'straggler'
-		    ELSE 'ok' END AS verdict,
-	       coalesce(f.f_late + f.f_busy + f.f_sync, 0) AS nsig,
-	       nullif(substr(iif(f.f_late, ',late', '') || iif(f.f_busy, ',busy', '') ||
-			     iif(f.f_sync, ',sync', '') || iif(f.f_ratio, ',ratio', ''), 2), '')
-		       AS signals,
-	       CASE WHEN f.n = 2 THEN 'pair' WHEN f.n >= 3 THEN 'mad' END AS method,
-	       round(f.z_late, 2) AS z_late, round(f.z_busy, 2) AS z_busy,
-	       round(f.z_sync, 2) AS z_sync, coalesce(f.zmax, 0) AS zmax,
-	       round(f.late / 1e6, 3) AS late_ms, round(f.busy / 1e6, 3) AS busy_ms,
-	       round(f.sync / 1e6, 3) AS sync_ms, round(f.peers_wait_s, 3) AS peers_wait_s,
-	       round(coalesce(f.cstep, (SELECT step FROM cm WHERE cm.comm_hash = u.comm_hash))
-		     / 1e6, 3) AS step_ms,
-	       h.last_seq, iif(h.hung, h.last_seq + 1, NULL) AS stopped_at_seq,
-	       iif(h.hung, (SELECT x.op FROM results x WHERE x.kind IN ('last', 'seq')
-			AND x.comm_hash = u.comm_hash AND x.seq = h.last_seq + 1
-			ORDER BY x.kind LIMIT 1), NULL)
-		       AS stopped_op,
-	       iif(h.hung, round(h.age_ns / 1e9, 3), NULL) AS stopped_s_ago
+	       coalesce(f.nranks, g.nranks, h.nranks) AS nranks, coalesce(f.n, g.gn, 0) AS ranks,
+	       (g.z_gpu > prm.thr AND g.e_gpu >= prm.eff) AS f_gpu,
+	       f.f_late, f.f_wait, f.f_cpu, f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
+	       f.e_late, f.e_wait, g.e_gpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
+	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
+	       g.peer_med, g.tot, g.gspan, h.hung, h.last_seq, h.age_ns, f.n AS fn, g.gn
 	FROM ranks u
 	LEFT JOIN flags f ON f.comm_hash = u.comm_hash AND f.node IS u.node
 			  AND f.rank IS u.rank AND f.pid IS u.pid
+	LEFT JOIN gb g ON g.comm_hash = u.comm_hash AND g.node IS u.node
+		       AND g.rank IS u.rank AND g.pid IS u.pid
 	LEFT JOIN hang h ON h.comm_hash = u.comm_hash AND h.node IS u.node
 			 AND h.rank IS u.rank AND h.pid IS u.pid,
 	prm
+),
+w AS (
+	SELECT v.*,
+	       CASE WHEN v.hung THEN 'hung'
+		    WHEN v.f_late OR v.f_wait OR v.f_gpu THEN 'straggler'
+		    ELSE 'ok' END AS verdict,
+	       coalesce(v.f_late, 0) + coalesce(v.f_wait, 0) + coalesce(v.f_gpu, 0) AS nsig,
+	       max(iif(v.f_late, v.e_late, 0), iif(v.f_wait, v.e_wait, 0),
+		   iif(v.f_gpu, v.e_gpu, 0)) AS eff_on,
+	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0)) AS eff_any
+	FROM v
 )
-SELECT comm_hash, node, rank, pid, nranks, ranks, verdict, signals, method, z_late, z_busy,
-       z_sync, late_ms, busy_ms, sync_ms, peers_wait_s, step_ms, last_seq, stopped_at_seq,
-       stopped_op, stopped_s_ago
-FROM v, prm
+SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
+       nullif(substr(iif(f_late, ',late', '') || iif(f_wait, ',wait', '') ||
+		     iif(f_gpu, ',gpu', '') ||
+		     iif(f_cpu AND (f_late OR f_wait OR f_gpu), ',cpu', ''), 2), '') AS signals,
+       CASE WHEN coalesce(fn, gn) = 2 THEN 'pair' WHEN coalesce(fn, gn) >= 3 THEN 'mad' END
+	       AS method,
+       round(100 * iif(nsig > 0, eff_on, eff_any), 1) AS effect_pct,
+       round(z_late, 2) AS z_late, round(z_wait, 2) AS z_wait, round(z_gpu, 2) AS z_gpu,
+       round(z_cpu, 2) AS z_cpu,
+       round(late / 1e6, 3) AS late_ms,
+       round(wait * period / nullif(cnfull, 0) / 1e6, 3) AS wait_ms,
+       round(m_wait * period / nullif(cnfull, 0) / 1e6, 3) AS peer_wait_ms,
+       gpu_op, round(med / 1e6, 3) AS gpu_ms, round(peer_med / 1e6, 3) AS peer_gpu_ms,
+       round(cpu * period / nullif(cnfull, 0) / 1e6, 3) AS cpu_ms,
+       round(m_cpu * period / nullif(cnfull, 0) / 1e6, 3) AS peer_cpu_ms,
+       round(peers_wait_s, 3) AS peers_wait_s, round(clock_err / 1e6, 3) AS clock_err_ms,
+       round(cspan / 1e9, 3) AS span_s,
+       round(coalesce(step, (SELECT step FROM cs WHERE cs.comm_hash = w.comm_hash)) / 1e6, 3)
+	       AS step_ms,
+       last_seq, iif(hung, last_seq + 1, NULL) AS stopped_at_seq,
+       iif(hung, (SELECT x.op FROM results x WHERE x.kind IN ('last', 'seq')
+		  AND x.comm_hash = w.comm_hash AND x.seq = w.last_seq + 1
+		  ORDER BY x.kind LIMIT 1), NULL) AS stopped_op,
+       iif(hung, round(age_ns / 1e9, 3), NULL) AS stopped_s_ago
+FROM w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
-ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END, nsig DESC,
-	 zmax DESC, comm_hash, rank
+ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,
+	 iif(nsig > 0, eff_on, eff_any) DESC, nsig DESC, comm_hash, rank

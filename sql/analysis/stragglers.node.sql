@@ -14,25 +14,39 @@
 --   kind      'rank': one per (comm_hash, rank, pid) inside the window and block of 65536
 --                     seqs (seq / 65536: a row has a size limit, 16 MiB in agentd): nranks,
 --                     seq = its newest seq, n = its collectives, and those collectives
---                     themselves, as JSON (the last four columns)
---             'seq':  one per (comm_hash, seq) inside the window: op, ts_ns = the earliest
---                     enqueue of this node's ranks, n = how many of its ranks enqueued it
+--                     themselves, as JSON (by_seq, gap_list)
+--             'seq':  one per (comm_hash, seq) inside the window: op and count (elements),
+--                     ts_ns = the earliest enqueue of this node's ranks, n = how many of its
+--                     ranks enqueued it
 --             'last': the newest collective of one (comm_hash, rank, pid), over ALL time,
 --                     so the merge sees a rank that stopped even with no rows in the window
 --                     (communicators with a known comm_hash, i.e. seq not NULL)
+--             'kern': one per (NCCL communicator, op, rank, pid) and block of 65536 seqs of
+--                     nccl_kernels inside the window (fleetq's NCCL profiler plugin: GPU-side
+--                     times), newest :max_seqs seqs of each: comm_hash (fleetq's, when agentd
+--                     joined it), op, seq = newest, n = kernels, nccl_comm, gpu_by_seq,
+--                     gpu_span_ns
 --             'now':  one row, ts_ns = this node's current time (everything else NULL)
---   comm_hash, rank, nranks, pid, tid, seq, op, ts_ns (enqueue, node clock)
---   n            'seq' and 'rank' rows: see above
---   ts_by_seq    'rank' rows: JSON object, seq -> enqueue time (node clock), one member
---                per collective of the rank in the window
---   sync_by_seq  'rank' rows: JSON object, seq -> ns the process spent blocked in
---                synchronize calls since its previous collective on the communicator
---                (cuda_calls kind = 'sync'; a driver call nested inside a runtime call of
---                the same thread counts once)
---   busy_list    'rank' rows: JSON array of the same collectives' busy_ns (on-CPU time of
---                the issuing thread since the previous collective), in no promised order
---   gap_list     'rank' rows: the same for gap_ns (enqueue to enqueue, clock-free)
---   busy, sync and gap are agentd's columns of collectives (docs/schema.md): null for the
+--   comm_hash, rank, nranks, pid, tid, seq, op, count, ts_ns (enqueue, node clock)
+--   n            'seq', 'rank' and 'kern' rows: see above
+--   by_seq       'rank' rows: JSON object, seq -> [enqueue, wait, cpu], one member per
+--                collective of the rank in the window: enqueue time (node clock); ns the
+--                process waited on the GPU up to this collective (its synchronize calls since
+--                its previous collective on the communicator, cuda_calls kind = 'sync', a
+--                driver call nested in a runtime call of the same thread counted once, plus
+--                this collective call itself, dur_ns: a blocking implementation waits inside
+--                it); cpu_ns, the process's CPU work (on-CPU time of every thread, outside
+--                synchronize and collective calls) since its previous collective (null
+--                before trace schema 4)
+--   gap_list     'rank' rows: JSON array of the same collectives' gap_ns (enqueue to
+--                enqueue, clock-free), in no promised order
+--   nccl_comm    'kern' rows: NCCL's communicator hash (nccl_kernels.nccl_comm)
+--   gpu_by_seq   'kern' rows: JSON object, NCCL seq (per communicator and op) -> gpu_dur_ns,
+--                the collective kernel's time on this GPU (earliest channel start to latest
+--                channel stop): the rank that arrives last has the shortest
+--   gpu_span_ns  'kern' rows: latest kernel end minus earliest kernel start of the row, on
+--                this GPU's own clock
+--   wait, cpu and gap are agentd's columns of collectives (docs/schema.md): null for the
 --   first collective agentd saw of a process on a communicator, and sync and gap for
 --   collectives recorded before trace schema version 3.
 --   One row per rank, not one per collective: the merge needs every (rank, seq) enqueue
@@ -125,34 +139,59 @@ cut AS (
 -- of the table's key ts_ns from :since_ns on; by seq through collectives_comm_seq from the cut on
 -- (materialized: the seq and rank rows below both read it)
 win AS MATERIALIZED (
-	SELECT c.ts_ns, c.pid, c.comm_hash, c.rank, c.nranks, c.seq, c.op, c.busy_ns,
-	       c.sync_ns, c.gap_ns
+	SELECT c.ts_ns, c.pid, c.comm_hash, c.rank, c.nranks, c.seq, c.op, c.count, c.dur_ns,
+	       c.sync_ns, c.gap_ns, c.cpu_ns
 	FROM prm CROSS JOIN coll c CROSS JOIN cut u
 	WHERE prm.since_ns > 0
 	  AND c.ts_ns >= prm.since_ns
 	  AND u.comm_hash = c.comm_hash AND NOT u.by_seq
 	  AND c.seq > coalesce(u.seq, -1)
 	UNION ALL
-	SELECT c.ts_ns, c.pid, c.comm_hash, c.rank, c.nranks, c.seq, c.op, c.busy_ns,
-	       c.sync_ns, c.gap_ns
+	SELECT c.ts_ns, c.pid, c.comm_hash, c.rank, c.nranks, c.seq, c.op, c.count, c.dur_ns,
+	       c.sync_ns, c.gap_ns, c.cpu_ns
 	FROM prm CROSS JOIN cut u CROSS JOIN coll c
 	WHERE u.by_seq
 	  AND c.comm_hash = u.comm_hash
 	  AND c.seq > coalesce(u.seq, -1)
 	  AND c.ts_ns >= prm.since_ns
+),
+-- GPU-side: the plugin's kernels in the time window (read as a range of the table's key),
+-- of the job and communicator asked for, then the newest :max_seqs seqs of each (NCCL
+-- communicator, op): NCCL numbers each op apart
+kw AS MATERIALIZED (
+	SELECT k.nccl_comm, k.comm_hash, k.op, k.seq, k.rank, k.nranks, k.pid, k.gpu_start_ns,
+	       k.gpu_dur_ns
+	FROM prm CROSS JOIN nccl_kernels k
+	WHERE k.ts_ns >= prm.since_ns AND k.gpu_dur_ns IS NOT NULL
+	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm OR k.nccl_comm = prm.comm)
+	  AND (prm.job IS NULL OR k.pid IN jobpid)
+),
+kcut AS (
+	SELECT kw.nccl_comm, kw.op, max(kw.seq) - prm.max_seqs AS seq
+	FROM kw, prm GROUP BY kw.nccl_comm, kw.op
 )
 SELECT 'seq' AS kind, comm_hash, NULL AS rank, NULL AS nranks, NULL AS pid, NULL AS tid, seq,
-       max(op) AS op, min(ts_ns) AS ts_ns, count(*) AS n, NULL AS ts_by_seq,
-       NULL AS sync_by_seq, NULL AS busy_list, NULL AS gap_list
+       max(op) AS op, max(count) AS count, min(ts_ns) AS ts_ns, count(*) AS n,
+       NULL AS by_seq, NULL AS gap_list, NULL AS nccl_comm, NULL AS gpu_by_seq,
+       NULL AS gpu_span_ns
 FROM win GROUP BY comm_hash, seq
 UNION ALL
-SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, count(*),
-       json_group_object(seq, ts_ns), json_group_object(seq, sync_ns),
-       json_group_array(busy_ns), json_group_array(gap_ns)
+SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NULL, count(*),
+       json_group_object(seq, json_array(ts_ns, coalesce(sync_ns, 0) + dur_ns, cpu_ns)),
+       json_group_array(gap_ns), NULL, NULL, NULL
 FROM win GROUP BY comm_hash, rank, pid, seq / 65536
 UNION ALL
-SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, ts_ns, NULL, NULL, NULL, NULL, NULL
+SELECT 'kern', max(k.comm_hash), k.rank, max(k.nranks), k.pid, NULL, max(k.seq), k.op, NULL,
+       NULL, count(*), NULL, NULL, k.nccl_comm,
+       json_group_object(k.seq, k.gpu_dur_ns), max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns)
+FROM kw k JOIN kcut u ON u.nccl_comm = k.nccl_comm AND u.op IS k.op
+WHERE k.seq > coalesce(u.seq, -1)
+GROUP BY k.nccl_comm, k.op, k.rank, k.pid, k.seq / 65536
+UNION ALL
+SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, NULL, ts_ns, NULL, NULL, NULL, NULL,
+       NULL, NULL
 FROM last
 UNION ALL
-SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL, NULL, now_ns, NULL, NULL, NULL, NULL, NULL
+SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, now_ns, NULL, NULL, NULL, NULL,
+       NULL, NULL
 FROM prm
