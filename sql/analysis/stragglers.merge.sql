@@ -81,30 +81,48 @@ period AS (
 	SELECT comm_hash, coalesce(min(p) FILTER (WHERE m >= 0.95 AND k >= 2 * p), 1) AS p
 	FROM per GROUP BY comm_hash
 ),
+-- each node's time and host, once per node (a subquery per 'last' row would scan results
+-- each time); a node that tells no host is a host of its own
+nowr AS (
+	SELECT node, max(ts_ns) AS now_ns, coalesce(max(host), node) AS host
+	FROM results WHERE kind = 'now' GROUP BY node
+),
+-- per host, who of its ranks arrived first: one clock, no offset
+hfull AS (
+	SELECT s.comm_hash, coalesce(w.host, s.node) AS host, s.seq, min(s.ts_ns) AS t_host
+	FROM results s LEFT JOIN nowr w ON w.node = s.node
+	WHERE s.kind = 'seq' GROUP BY s.comm_hash, coalesce(w.host, s.node), s.seq
+),
 -- per rank, one pass over its JSON (seq -> [enqueue, wait, cpu]) joined to the seqs every
 -- rank reached: median lateness on the coordinator's clock, total wait, total CPU work, the
--- span on the rank's own clock, how many; the join order is the plan (each member looks
--- full up by (seq, comm_hash) through an automatic index)
+-- span on the rank's own clock, how many, and its lateness behind the first rank of its own
+-- host (no clock offset); the join order is the plan (each member looks full and hfull up
+-- through automatic indexes)
 ra AS (
 	SELECT x.comm_hash, x.node, x.rank, x.pid, x.nranks, k.rtt_ns, k.node IS NOT NULL AS clocked,
+	       coalesce(w.host, x.node) AS host,
 	       (SELECT json_array(median(j.value ->> 0 - coalesce(k.offset_ns, 0) - f.t_first),
 				  sum(j.value ->> 1), sum(j.value ->> 2), count(j.value ->> 2),
-				  max(j.value ->> 0) - min(j.value ->> 0), count(*))
-		FROM json_each(x.by_seq) j CROSS JOIN full f
-		WHERE f.seq = j.key + 0 AND f.comm_hash = x.comm_hash) AS a,
+				  max(j.value ->> 0) - min(j.value ->> 0), count(*),
+				  median(j.value ->> 0 - h.t_host))
+		FROM json_each(x.by_seq) j CROSS JOIN full f CROSS JOIN hfull h
+		WHERE f.seq = j.key + 0 AND f.comm_hash = x.comm_hash
+		  AND h.comm_hash = x.comm_hash AND h.host = coalesce(w.host, x.node)
+		  AND h.seq = f.seq) AS a,
 	       (SELECT median(value) FROM json_each(x.gap_list)) AS gap
-	FROM rk x LEFT JOIN clock k ON k.node = x.node
+	FROM rk x LEFT JOIN clock k ON k.node = x.node LEFT JOIN nowr w ON w.node = x.node
 ),
 r AS (
-	SELECT comm_hash, node, rank, pid, nranks, rtt_ns, clocked, gap,
+	SELECT comm_hash, node, rank, pid, nranks, rtt_ns, clocked, gap, host,
 	       a ->> 0 AS late, a ->> 1 AS wait, iif(a ->> 3 > 0, a ->> 2, NULL) AS cpu,
-	       a ->> 4 AS span, a ->> 5 AS nfull
+	       a ->> 4 AS span, a ->> 5 AS nfull, a ->> 6 AS late_host,
+	       count(*) OVER (PARTITION BY comm_hash, host) AS on_host
 	FROM ra
 ),
 -- per communicator: centre and spread of each signal, the span, the step, the clock error
 cm AS (
 	SELECT r.comm_hash, count(*) AS n, median(r.span) AS span, median(r.nfull) AS nfull,
-	       median(r.gap) AS gap, count(DISTINCT r.node) AS nodes,
+	       median(r.gap) AS gap, count(DISTINCT r.host) AS hosts,
 	       min(r.clocked) AS clocked, max(r.rtt_ns) AS rtt,
 	       median(r.late) AS m_late, mad(r.late) AS d_late, sum(r.late) AS s_late,
 	       median(r.wait) AS m_wait, mad(r.wait) AS d_wait, sum(r.wait) AS s_wait,
@@ -116,8 +134,8 @@ cs AS (
 	       -- collectives a step times the mean gap over the span
 	       CASE WHEN cm.nfull > 1 AND cm.span > 0
 		    THEN cm.span * coalesce(pe.p, 1) / (cm.nfull - 1) ELSE cm.gap END AS step,
-	       -- the offset's uncertainty: a half RTT per node, two nodes apart; one node, none
-	       CASE WHEN cm.nodes = 1 THEN 0 WHEN cm.clocked THEN cm.rtt END AS clock_err,
+	       -- the offset's uncertainty: a half RTT per node, two nodes apart; one host, none
+	       CASE WHEN cm.hosts = 1 THEN 0 WHEN cm.clocked THEN cm.rtt END AS clock_err,
 	       max(prm.fl * cm.span, prm.fl_ns) AS floor_span
 	FROM cm LEFT JOIN period pe USING (comm_hash), prm
 ),
@@ -139,7 +157,9 @@ z AS (
 	       -- what its peers lost: their (median) wait beyond this rank's, a share of the span
 	       ((CASE WHEN cs.n = 2 THEN cs.s_wait - r.wait ELSE cs.m_wait END) - r.wait)
 		       / nullif(cs.span, 0) AS e_wait,
-	       r.late / nullif(cs.step, 0) AS e_late,
+	       -- lateness beyond the communicator's usual (someone is always first)
+	       (r.late - CASE WHEN cs.n = 2 THEN cs.s_late - r.late ELSE cs.m_late END)
+		       / nullif(cs.step, 0) AS e_late,
 	       (r.cpu - CASE WHEN cs.n = 2 THEN cs.s_cpu - r.cpu ELSE cs.m_cpu END)
 		       / nullif(cs.span, 0) AS e_cpu,
 	       -- GPU-seconds peers waited on this rank: sum over peers with a longer total wait
@@ -204,15 +224,15 @@ gb AS (
 ),
 flags AS (
 	SELECT z.*,
+	       -- lateness on its own: well past the clock's uncertainty, and not shared by the
+	       -- other ranks of its host (a host whose clock is off makes all of them late)
 	       (z.z_late > prm.thr AND z.e_late >= prm.eff AND z.clock_err IS NOT NULL
-		AND z.late >= prm.ck * z.clock_err) AS f_late,
+		AND z.late >= prm.ck * z.clock_err
+		AND (z.on_host = 1 OR (z.late_host >= 0.5 * z.e_late * z.step
+				       AND z.late_host >= prm.eff * z.step))) AS f_late,
 	       (z.z_wait > prm.thr AND z.e_wait >= prm.eff) AS f_wait,
 	       (z.z_cpu > prm.thr AND z.e_cpu >= prm.eff) AS f_cpu
 	FROM z, prm
-),
--- each node's time, once per node (a subquery per 'last' row would scan results each time)
-nowr AS (
-	SELECT node, max(ts_ns) AS now_ns FROM results WHERE kind = 'now' GROUP BY node
 ),
 -- progress: the newest collective of every rank over all time
 lastr AS (

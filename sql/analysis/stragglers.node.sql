@@ -26,7 +26,8 @@
 --                     times), newest :max_seqs seqs of each: comm_hash (fleetq's, when agentd
 --                     joined it), op, seq = newest, n = kernels, nccl_comm, gpu_by_seq,
 --                     gpu_span_ns
---             'now':  one row, ts_ns = this node's current time (everything else NULL)
+--             'now':  one row, ts_ns = this node's current time, host = meta 'host_id'
+--                     (the kernel's boot id: nodes with the same one share a clock)
 --   comm_hash, rank, nranks, pid, tid, seq, op, count, ts_ns (enqueue, node clock)
 --   n            'seq', 'rank' and 'kern' rows: see above
 --   by_seq       'rank' rows: JSON object, seq -> [enqueue, wait, cpu], one member per
@@ -173,25 +174,26 @@ kcut AS (
 SELECT 'seq' AS kind, comm_hash, NULL AS rank, NULL AS nranks, NULL AS pid, NULL AS tid, seq,
        max(op) AS op, max(count) AS count, min(ts_ns) AS ts_ns, count(*) AS n,
        NULL AS by_seq, NULL AS gap_list, NULL AS nccl_comm, NULL AS gpu_by_seq,
-       NULL AS gpu_span_ns
+       NULL AS gpu_span_ns, NULL AS host
 FROM win GROUP BY comm_hash, seq
 UNION ALL
 SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NULL, count(*),
        json_group_object(seq, json_array(ts_ns, coalesce(sync_ns, 0) + dur_ns, cpu_ns)),
-       json_group_array(gap_ns), NULL, NULL, NULL
+       json_group_array(gap_ns), NULL, NULL, NULL, NULL
 FROM win GROUP BY comm_hash, rank, pid, seq / 65536
 UNION ALL
 SELECT 'kern', max(k.comm_hash), k.rank, max(k.nranks), k.pid, NULL, max(k.seq), k.op, NULL,
        NULL, count(*), NULL, NULL, k.nccl_comm,
-       json_group_object(k.seq, k.gpu_dur_ns), max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns)
+       json_group_object(k.seq, k.gpu_dur_ns), max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns),
+       NULL
 FROM kw k JOIN kcut u ON u.nccl_comm = k.nccl_comm AND u.op IS k.op
 WHERE k.seq > coalesce(u.seq, -1)
 GROUP BY k.nccl_comm, k.op, k.rank, k.pid, k.seq / 65536
 UNION ALL
 SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, NULL, ts_ns, NULL, NULL, NULL, NULL,
-       NULL, NULL
+       NULL, NULL, NULL
 FROM last
 UNION ALL
 SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, now_ns, NULL, NULL, NULL, NULL,
-       NULL, NULL
+       NULL, NULL, (SELECT value FROM meta WHERE key = 'host_id')
 FROM prm

@@ -96,8 +96,8 @@ int main(int argc, char **argv)
 						double z = 1e18;
 
 						for (int c = 0; c < 3; c++) {
-							static const char *zc[] = { "z_late", "z_busy",
-										    "z_sync" };
+							static const char *zc[] = { "z_late", "z_wait",
+										    "z_cpu" };
 							double x = atof(an_get(&r, i, zc[c]));
 
 							z = x < z ? x : z;

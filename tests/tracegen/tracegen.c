@@ -10,6 +10,14 @@
  *   least; its peers' waits grow by its delay. A hung rank never enqueues
  *   sequence --hang-at; its peers enqueue it and wait until the trace ends.
  *
+ *   With --kernels, fleetq's NCCL profiler plugin is in the job too (nccl_kernels):
+ *   each rank's all-reduce kernel starts on its GPU a fixed lag after the enqueue and
+ *   ends once every rank's kernel has started, plus the transfer; the rank that arrives
+ *   last has the shortest kernel. --gpu-slow-rank makes one GPU's compute before the
+ *   collective P% of a step slower: its CPU side is unchanged and every rank's sync
+ *   returns later by the same amount (as a job that synchronizes every step sees it), so
+ *   only the kernels tell. Each GPU's clock has its own offset.
+ *
  * Every node simulates the whole job and writes only its own ranks, and all
  * noise is a hash of (seed, rank, seq), so files generated on several "nodes"
  * with the same job arguments and their own --rank-base form one job.
@@ -34,6 +42,8 @@ struct opts {
 	int64_t steps, hang_at, start_ns, step_ns;
 	int slow_rank, hang_rank;
 	double slow_pct;
+	int kernels, gpu_slow_rank;
+	double gpu_slow_pct;
 	uint64_t seed;
 };
 
@@ -43,6 +53,8 @@ struct opts {
 #define POST_FRAC 0.10
 #define ENQ_NS 25000
 #define PREEMPT_EVERY 10
+#define GPU_LAG_FRAC 0.05 /* --kernels: enqueue to the kernel's start on the GPU */
+#define XFER_FRAC 0.04    /* ... the last start to the kernel's end */
 
 static const char usage[] =
 	"usage: fq-tracegen --out FILE --node NAME --ranks R --steps S [--rank-base B]\n"
@@ -55,6 +67,8 @@ static const char usage[] =
 	"  --hang-rank R --hang-at SEQ rank R never enqueues collective SEQ; its peers do\n"
 	"                              and wait in cudaStreamSynchronize until the end\n"
 	"  --launches K                cuLaunchKernel rows per rank per step (default 2)\n"
+	"  --kernels                   nccl_kernels rows (fleetq's NCCL profiler plugin)\n"
+	"  --gpu-slow-rank R --gpu-slow-pct P  rank R's GPU takes P%% of a step longer\n"
 	"  --wal                       leave the file in WAL mode (default: rollback journal)\n";
 
 static uint64_t mix(uint64_t x)
@@ -73,7 +87,7 @@ static double noise(const struct opts *o, int rank, int64_t seq, int what)
 	return (double)(h >> 11) * 0x1.0p-53;
 }
 
-enum { N_BUSY, N_ENQ, N_SYNCGAP, N_SYNCEND, N_POST, N_LAUNCH, N_PREEMPT, N_PREEMPT_AT };
+enum { N_BUSY, N_ENQ, N_SYNCGAP, N_SYNCEND, N_POST, N_LAUNCH, N_PREEMPT, N_PREEMPT_AT, N_GPU };
 
 static int64_t parse_i64(const char *name, const char *s, int64_t min)
 {
@@ -99,6 +113,8 @@ static void parse(int argc, char **argv, struct opts *o)
 		{ "hang-rank", 1, 0, 'H' }, { "hang-at", 1, 0, 'a' },	{ "seed", 1, 0, 'e' },
 		{ "start-ns", 1, 0, 't' },  { "step-ns", 1, 0, 'T' },	{ "launches", 1, 0, 'L' },
 		{ "job-id", 1, 0, 'j' },    { "wal", 0, 0, 'w' },	{ "help", 0, 0, 'h' },
+		{ "kernels", 0, 0, 'K' },   { "gpu-slow-rank", 1, 0, 'G' },
+		{ "gpu-slow-pct", 1, 0, 'g' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *hash = NULL;
@@ -107,7 +123,7 @@ static void parse(int argc, char **argv, struct opts *o)
 
 	memset(o, 0, sizeof(*o));
 	o->nranks = -1;
-	o->slow_rank = o->hang_rank = -1;
+	o->slow_rank = o->hang_rank = o->gpu_slow_rank = -1;
 	o->hang_at = -1;
 	o->seed = 1;
 	o->start_ns = 1700000000000000000ll;
@@ -140,6 +156,19 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'L': o->launches = (int)parse_i64("launches", optarg, 0); break;
 		case 'j': o->job_id = optarg; break;
 		case 'w': o->wal = 1; break;
+		case 'K': o->kernels = 1; break;
+		case 'G':
+			o->gpu_slow_rank = (int)parse_i64("gpu-slow-rank", optarg, 0);
+			o->kernels = 1;
+			break;
+		case 'g':
+			o->gpu_slow_pct = strtod(optarg, &end);
+			if (*end || end == optarg || !(o->gpu_slow_pct >= 0)) {
+				fprintf(stderr, "fq-tracegen: --gpu-slow-pct '%s': give a percentage "
+					">= 0\n", optarg);
+				exit(2);
+			}
+			break;
 		case 'h': fputs(usage, stdout); exit(0);
 		default: fputs(usage, stderr); exit(2);
 		}
@@ -178,7 +207,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 }
 
-enum { S_META, S_PROC, S_COMM, S_COLL, S_CUDA, S_OFF, S_N };
+enum { S_META, S_PROC, S_COMM, S_COLL, S_CUDA, S_OFF, S_KERN, S_N };
 
 struct gen {
 	const struct opts *o;
@@ -202,7 +231,8 @@ static int step_reset(struct gen *g, int which)
 	sqlite3_reset(st);
 	/* ts_ns keys these tables (schema version 2): as agentd does, a row whose
 	 * nanosecond another rank of this file took moves to the next free one */
-	while (rc == SQLITE_CONSTRAINT && (which == S_COLL || which == S_CUDA || which == S_OFF) &&
+	while (rc == SQLITE_CONSTRAINT &&
+	       (which == S_COLL || which == S_CUDA || which == S_OFF || which == S_KERN) &&
 	       sqlite3_extended_errcode(g->db) == SQLITE_CONSTRAINT_PRIMARYKEY) {
 		bind_ts(g, which, g->ts + 1);
 		rc = sqlite3_step(st);
@@ -298,6 +328,7 @@ struct rankstate {
 	int64_t prev_ret;   /* return of the previous collective */
 	int64_t prev_ts;    /* enqueue of the previous collective */
 	int64_t prev_wait;  /* sync wait since then */
+	int64_t gpu_arr;    /* --kernels: the collective kernel starts on the GPU */
 	int64_t sync_start, sync_end;
 };
 
@@ -314,7 +345,7 @@ static int simulate(struct gen *g)
 		r[i].start = o->start_ns + (int64_t)(noise(o, i, -2, 0) * 20000);
 	for (int64_t seq = 0; seq <= last && !ret; seq++) {
 		int hang = seq == o->hang_at;
-		int64_t done = 0, trace_end;
+		int64_t done = 0, trace_end, gpu_end = 0;
 
 		for (int i = 0; i < o->nranks; i++) {
 			double busy = BUSY_FRAC * o->step_ns * (0.98 + 0.04 * noise(o, i, seq, N_BUSY));
@@ -333,6 +364,29 @@ static int simulate(struct gen *g)
 		}
 		/* the all-reduce runs once the last rank has enqueued; a hang never completes */
 		done += (int64_t)(COLL_FRAC * o->step_ns);
+		/* GPU side: each kernel starts a lag after its enqueue (a slow GPU's later) and
+		 * ends when the last one started, plus the transfer; a slow GPU delays everyone's
+		 * completion, so every sync returns later by the same amount */
+		if (o->kernels) {
+			int64_t last_arr = 0, last_clean = 0;
+
+			for (int i = 0; i < o->nranks; i++) {
+				r[i].gpu_arr = r[i].ts + r[i].enq +
+					       (int64_t)(GPU_LAG_FRAC * (double)o->step_ns) +
+					       (int64_t)(noise(o, i, seq, N_GPU) * 20000);
+				if (hang && i == o->hang_rank)
+					continue;
+				if (r[i].gpu_arr > last_clean)
+					last_clean = r[i].gpu_arr;
+				if (i == o->gpu_slow_rank)
+					r[i].gpu_arr += (int64_t)(o->gpu_slow_pct / 100.0 *
+								  (double)o->step_ns);
+				if (r[i].gpu_arr > last_arr)
+					last_arr = r[i].gpu_arr;
+			}
+			gpu_end = last_arr + (int64_t)(XFER_FRAC * (double)o->step_ns);
+			done += last_arr - last_clean;
+		}
 		trace_end = r[0].start + (o->steps - seq > 10 ? o->steps - seq : 10) * o->step_ns;
 		for (int l = 0; l < o->ranks && !ret; l++) {
 			int rank = o->rank_base + l;
@@ -386,6 +440,22 @@ static int simulate(struct gen *g)
 				sqlite3_bind_int64(st, 18, s->ts - s->prev_ts);
 			}
 			ret = ret ?: step_reset(g, S_COLL);
+			if (o->kernels && !hang && !ret) {
+				st = g->st[S_KERN];
+				bind_ts(g, S_KERN, s->ts);
+				sqlite3_bind_int64(st, 2, s->enq);
+				sqlite3_bind_int64(st, 3, pid);
+				sqlite3_bind_int(st, 4, rank);
+				sqlite3_bind_int(st, 5, o->nranks);
+				sqlite3_bind_text(st, 6, o->comm_hash, -1, SQLITE_STATIC);
+				sqlite3_bind_text(st, 7, o->comm_hash, -1, SQLITE_STATIC);
+				sqlite3_bind_int64(st, 8, seq);
+				/* each GPU's globaltimer has its own offset */
+				sqlite3_bind_int64(st, 9, s->gpu_arr + 137000 * (int64_t)rank);
+				sqlite3_bind_int64(st, 10, gpu_end - s->gpu_arr);
+				sqlite3_bind_int64(st, 11, 2 * (gpu_end - s->gpu_arr));
+				ret = step_reset(g, S_KERN);
+			}
 			s->sync_end = hang ? trace_end :
 					     done + 2000 + (int64_t)(noise(o, rank, seq, N_SYNCEND) *
 								     8000);
@@ -415,10 +485,13 @@ static const char *const inserts[S_N] = {
 		   "fn, ret) VALUES (?,?,?,?,?,?,?,?,?,0)",
 	[S_COLL] = "INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_ptr, comm_hash, rank, "
 		   "nranks, seq, op, count, bytes, datatype, redop, stream, busy_ns, sync_ns, "
-		   "gap_ns, ret) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,0)",
+		   "gap_ns, cpu_ns, ret) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?16,0)",
 	[S_CUDA] = "INSERT INTO cuda_calls (ts_ns, dur_ns, pid, tid, api, kind, stream, ret) "
 		   "VALUES (?,?,?,?,?,?,?,0)",
 	[S_OFF] = "INSERT INTO offcpu (ts_ns, dur_ns, pid, tid, reason) VALUES (?,?,?,?,?)",
+	[S_KERN] = "INSERT INTO nccl_kernels (ts_ns, host_dur_ns, pid, rank, nranks, nccl_comm, "
+		   "comm_hash, op, seq, count, nchannels, gpu_start_ns, gpu_dur_ns, gpu_ch_ns, "
+		   "partial) VALUES (?,?,?,?,?,?,?,'AllReduce',?,25165824,2,?,?,?,0)",
 };
 
 /* Runs, as SQL, the text query returns (one row, or NULL for nothing to do). */
