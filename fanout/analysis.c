@@ -396,7 +396,7 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 	fprintf(out, "%s: rank %s on %s", v && !strcmp(v, "straggler") ? "straggler" : or_q(v),
 		or_q(txt(st, "rank")), or_q(txt(st, "node")));
 	if (has(st, "effect_pct"))
-		fprintf(out, ": %s %.1f%% of %s", v && !strcmp(v, "straggler") ?
+		fprintf(out, " (%s %.1f%% of %s)", v && !strcmp(v, "straggler") ?
 			"costs its peers" : "largest effect", dbl(st, "effect_pct"),
 			has(st, "signals") && !strcmp(txt(st, "signals"), "late") ?
 				"a step" : "the span");

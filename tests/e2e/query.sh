@@ -144,7 +144,7 @@ for step in 1 2 3 4; do
 	fq -q -w "$H3" --format tsv "$C"
 	expect_rc 0 "repeated query, step $step"
 	[ "$(tail -n 1 "$T/out")" = "$H3	$n" ] || fail "step $step: '$(cat "$T/out")', want $n"
-	sqlite3 "$T/n3.db" "INSERT INTO collectives SELECT max(ts_ns) + 1, dur_ns, pid, tid, comm_ptr, comm_hash, rank, nranks, seq, op, count, bytes, datatype, redop, peer, stream, busy_ns, ret, sync_ns, gap_ns FROM collectives" ||
+	sqlite3 "$T/n3.db" "INSERT INTO collectives SELECT max(ts_ns) + 1, dur_ns, pid, tid, comm_ptr, comm_hash, rank, nranks, seq, op, count, bytes, datatype, redop, peer, stream, busy_ns, ret, sync_ns, gap_ns, cpu_ns FROM collectives" ||
 		fail "cannot write n3.db"
 	n=$((n + 1))
 	[ $step != 1 ] || [ "$(sqlite3 "$T/n3.db" "PRAGMA journal_mode = WAL")" = wal ] ||

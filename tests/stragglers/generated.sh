@@ -81,7 +81,7 @@ for r in rows:
     assert r["status"] == "ok", r
     assert abs(int(r["offset_us"])) < 50000, r
     assert 0 <= int(r["rtt_us"]) < 1000000, r
-    assert r["schema"] == "3" and r["agent"], r
+    assert r["schema"] == "4" and r["agent"], r
     assert r["name"].startswith("clean"), r
 ' "$T/out" || fail "ping: $(cat "$T/out")"
 
@@ -95,9 +95,9 @@ expect_rc 0 "clock table"
 job slow --seed 6 --slow-rank 6 --slow-pct 20
 fq -w "$HOSTS" stragglers --since 2m
 expect_rc 1 "slow rank"
-head -n 1 "$T/out" | grep -q "^straggler: rank 6 on 127.0.0.1:[0-9]*$" ||
+head -n 1 "$T/out" | grep -Eq "^straggler: rank 6 on 127.0.0.1:[0-9]+ \\(costs its peers [0-9.]+% of (the span|a step)\\)$" ||
 	fail "slow report: $(cat "$T/out")"
-SLOWNODE=$(head -n 1 "$T/out" | sed 's/.* on //')
+SLOWNODE=$(head -n 1 "$T/out" | sed 's/.* on //; s/ (.*//')
 SLOWPORT=$(cat "$T/slow1.port")
 [ "$SLOWNODE" = "127.0.0.1:$SLOWPORT" ] || fail "rank 6 is on node1 ($SLOWPORT), not $SLOWNODE"
 grep -q "cost: peers lost [0-9.]* GPU-seconds" "$T/out" || fail "no cost: $(cat "$T/out")"

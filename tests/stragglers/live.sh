@@ -45,7 +45,7 @@ expect_rc 1 "live slow rank 5"
 CGOF5=$(awk -F'\t' '$1 == 5 && $4 == "cgroup" { print $8 }' "$T/slow-$$.tsv")
 K=${CGOF5##*/node}
 [ -n "$K" ] && [ -n "${PORT[$K]:-}" ] || fail "no cgroup for rank 5 in the report ($CGOF5)"
-head -n 1 "$T/out" | grep -qx "straggler: rank 5 on 127.0.0.1:${PORT[$K]}" ||
+head -n 1 "$T/out" | grep -Eqx "straggler: rank 5 on 127.0.0.1:${PORT[$K]} \\(costs its peers [0-9.]+% of (the span|a step)\\)" ||
 	fail "want rank 5 on node$K (127.0.0.1:${PORT[$K]}) first: $(cat "$T/out")"
 grep -c "^straggler:" "$T/out" | grep -qx 1 || fail "more than one straggler: $(cat "$T/out")"
 

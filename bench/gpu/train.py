@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: MIT
+"""A real training job for torchrun, with faults planted phase by phase, for judging
+`fleetq stragglers` on job shapes it was not written for (issue: DDP buckets from the
+autograd thread, FSDP all-gathers prefetched on their own stream, sync every K steps).
+
+The model: --layers Linear(--width, --width) layers with ReLU, batch --batch, SGD, TF32.
+--shape ddp wraps it in DistributedDataParallel (one gradient bucket per layer, all-reduced
+from the autograd thread); --shape fsdp shards every layer with FSDP2 (fully_shard: an
+all-gather per layer in forward and backward, a reduce-scatter per layer in backward).
+
+Phases (--phases, comma-separated NAME=KIND[:PCT][/sK]): KIND is clean, stall (the main
+thread sleeps PCT% of a step before its forward), busy (it spins on the CPU for that long)
+or gpu (extra matrix products on that rank's GPU, PCT% of the GPU's step); /sK syncs every
+K steps (loss.item(); default every step). Each phase plants its fault on another rank
+(phase i: rank i mod world, --target overrides). The step is measured in a clean warm-up.
+
+After each phase every rank waits in a barrier while rank 0 runs the fleetq command in
+$FQ_ANALYZE (a shell command; $FQ_SINCE holds the phase's length in seconds, $FQ_PHASE its
+name) and appends one JSON line per phase to --out: name, kind, pct, sync, target, steps,
+steps/s, seconds.
+"""
+import argparse, json, os, subprocess, time
+import torch
+import torch.distributed as dist
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--shape", choices=["ddp", "fsdp"], default="ddp")
+ap.add_argument("--layers", type=int, default=8)
+ap.add_argument("--width", type=int, default=4096)
+ap.add_argument("--batch", type=int, default=4096)
+ap.add_argument("--steps", type=int, default=300, help="steps a phase")
+ap.add_argument("--warmup", type=int, default=40)
+ap.add_argument("--phases", default="clean=clean")
+ap.add_argument("--target", type=int, default=-1)
+ap.add_argument("--cgroup-parent", default="",
+                help="move each rank into PARENT/nodeLOCAL_RANK (cgroup v2) before NCCL starts")
+ap.add_argument("--out", default="")
+a = ap.parse_args()
+
+if a.cgroup_parent:
+    with open(os.path.join(a.cgroup_parent, "node%s" % os.environ.get("LOCAL_RANK", "0"),
+                           "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.backends.cudnn.allow_tf32 = True
+local = int(os.environ.get("LOCAL_RANK", "0"))
+torch.cuda.set_device(local)
+dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+rank, world = dist.get_rank(), dist.get_world_size()
+
+layers = []
+for _ in range(a.layers):
+    layers += [torch.nn.Linear(a.width, a.width), torch.nn.ReLU()]
+model = torch.nn.Sequential(*layers).cuda()
+if a.shape == "ddp":
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
+else:
+    from torch.distributed.fsdp import fully_shard
+    for m in model:
+        if isinstance(m, torch.nn.Linear):
+            fully_shard(m)
+    fully_shard(model)
+opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+x = torch.randn(a.batch, a.width, device="cuda")
+extra = torch.randn(2048, 2048, device="cuda")
+
+
+def parse_phase(spec):
+    name, _, rest = spec.partition("=")
+    rest, _, sync = rest.partition("/")
+    kind, _, pct = rest.partition(":")
+    return dict(name=name, kind=kind, pct=float(pct or 0),
+                sync=int(sync[1:]) if sync.startswith("s") else 1)
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def step(i, fault, sync_every):
+    kind, amount = fault
+    if kind == "stall" and amount > 0:
+        time.sleep(amount)
+    elif kind == "busy" and amount > 0:
+        spin(amount)
+    elif kind == "gpu" and amount > 0:
+        for _ in range(int(amount)):
+            torch.mm(extra, extra)
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if (i + 1) % sync_every == 0:
+        loss.item()
+
+
+def timed(n, fault=("clean", 0), sync_every=1):
+    torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for i in range(n):
+        step(i, fault, sync_every)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+# warm-up, then the clean step and the cost of one extra matrix product, on every rank
+timed(a.warmup)
+step_s = timed(a.warmup) / a.warmup
+torch.cuda.synchronize()
+ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+ev0.record()
+for _ in range(50):
+    torch.mm(extra, extra)
+ev1.record()
+torch.cuda.synchronize()
+mm_s = ev0.elapsed_time(ev1) / 1e3 / 50
+# every rank plants the same amounts: rank 0's measurements
+cal = torch.tensor([step_s, mm_s], device="cuda", dtype=torch.float64)
+dist.broadcast(cal, 0)
+step_s, mm_s = cal.tolist()
+if rank == 0:
+    print("fq-train: %s, %d ranks, step %.2f ms, extra matmul %.3f ms" %
+          (a.shape, world, step_s * 1e3, mm_s * 1e3), flush=True)
+
+for idx, spec in enumerate(s for s in a.phases.split(",") if s):
+    p = parse_phase(spec)
+    target = a.target if a.target >= 0 else idx % world
+    amount = 0.0
+    if p["kind"] in ("stall", "busy"):
+        amount = p["pct"] / 100 * step_s
+    elif p["kind"] == "gpu":
+        amount = round(p["pct"] / 100 * step_s / mm_s)
+    fault = (p["kind"], amount if rank == target else 0)
+    t0 = time.time()
+    secs = timed(a.steps, fault, p["sync"])
+    dist.barrier()
+    if rank == 0:
+        rec = dict(p, target=target if p["kind"] != "clean" else -1, steps=a.steps,
+                   steps_per_s=round(a.steps / secs, 2), seconds=round(secs, 3),
+                   shape=a.shape, ranks=world, step_ms=round(step_s * 1e3, 3))
+        cmd = os.environ.get("FQ_ANALYZE")
+        if cmd:
+            env = dict(os.environ, FQ_SINCE="%.1f" % max(1.0, time.time() - t0 - 0.5),
+                       FQ_PHASE=p["name"], FQ_TARGET=str(rec["target"]))
+            r = subprocess.run(["bash", "-c", cmd], env=env)
+            rec["fleetq_rc"] = r.returncode
+        print("fq-train: " + json.dumps(rec), flush=True)
+        if a.out:
+            with open(a.out, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+    dist.barrier()
+
+dist.destroy_process_group()
