@@ -72,8 +72,8 @@ export FQ_ANALYZE='
 export FQ_BIN=$bin FQ_OUT=$out
 export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so
 
-phases_ddp=clean1=clean,stall20=stall:20,busy20=busy:20,gpu20=gpu:20,stall10=stall:10,busy10=busy:10,gpu10=gpu:10,clean2=clean,stall20s20=stall:20/s20,busy20s20=busy:20/s20,gpu20s20=gpu:20/s20,clean3=clean/s20,stall10s20=stall:10/s20,busy10s20=busy:10/s20,gpu10s20=gpu:10/s20,stall5=stall:5,gpu5=gpu:5,clean4=clean
-phases_fsdp=fclean1=clean,fstall20=stall:20,fgpu20=gpu:20,fbusy20=busy:20,fclean2=clean,fstall10=stall:10,fgpu10=gpu:10,fbusy10=busy:10,fstall20s20=stall:20/s20,fgpu20s20=gpu:20/s20,fclean3=clean
+phases_ddp=${PHASES_DDP:-clean1=clean,stall20=stall:20,busy20=busy:20,gpu20=gpu:20,stall10=stall:10,busy10=busy:10,gpu10=gpu:10,clean2=clean,stall20s20=stall:20/s20,busy20s20=busy:20/s20,gpu20s20=gpu:20/s20,clean3=clean/s20,stall10s20=stall:10/s20,busy10s20=busy:10/s20,gpu10s20=gpu:10/s20,stall5=stall:5,gpu5=gpu:5,clean4=clean}
+phases_fsdp=${PHASES_FSDP:-fclean1=clean,fstall20=stall:20,fgpu20=gpu:20,fbusy20=busy:20,fclean2=clean,fstall10=stall:10,fgpu10=gpu:10,fbusy10=busy:10,fstall20s20=stall:20/s20,fgpu20s20=gpu:20/s20,fclean3=clean}
 printf "phase\tplanted\tfleetq_rc\tnamed (effect)\tsignals\n" >"$out/summary.tsv"
 
 for w in $what; do
