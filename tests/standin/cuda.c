@@ -8,6 +8,7 @@
  * has finished what was enqueued before it.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -133,6 +134,8 @@ static CUresult cu_err(int err)
 	}
 }
 
+static void drain_inline(struct CUstream_st *s, struct CUevent_st *ev, uint64_t gen);
+
 /* Runs one item on the device thread; returns its error and sets *end to the device clock. */
 static int run_item(struct CUstream_st *s, struct item *it, int failed, uint64_t *end)
 {
@@ -158,6 +161,15 @@ static int run_item(struct CUstream_st *s, struct item *it, int failed, uint64_t
 			x.end_ns = start;
 		break;
 	case ITEM_WAIT:
+		if (fqsi_inline()) {
+			/* no device runs the other stream: run it up to the event here */
+			if (it->wait_on != s) {
+				pthread_mutex_lock(&it->wait_on->lock);
+				drain_inline(it->wait_on, it->ev, it->ev_gen);
+				pthread_mutex_unlock(&it->wait_on->lock);
+			}
+			break;
+		}
 		/* cuStreamWaitEvent: the device idles until the other stream passes the event */
 		pthread_mutex_lock(&it->wait_on->lock);
 		while (atomic_load(&it->ev->done_gen) < it->ev_gen)
@@ -170,6 +182,21 @@ static int run_item(struct CUstream_st *s, struct item *it, int failed, uint64_t
 	}
 	*end = x.end_ns;
 	return err;
+}
+
+/* An item is done. Caller holds s->lock. */
+static void finish_item(struct CUstream_st *s, struct item *it, int err, uint64_t end)
+{
+	if (err && !s->err)
+		s->err = err;
+	if (end > s->gpu_ns)
+		s->gpu_ns = end;
+	if (it->kind == ITEM_EVENT)
+		atomic_store(&it->ev->done_gen, it->ev_gen);
+	s->queued--;
+	s->ndone++;
+	pthread_cond_broadcast(&s->cond);
+	free(it);
 }
 
 static void *device_main(void *arg)
@@ -195,19 +222,26 @@ static void *device_main(void *arg)
 		pthread_mutex_unlock(&s->lock);
 		err = run_item(s, it, failed, &end);
 		pthread_mutex_lock(&s->lock);
-		if (err && !s->err)
-			s->err = err;
-		if (end > s->gpu_ns)
-			s->gpu_ns = end;
-		if (it->kind == ITEM_EVENT)
-			atomic_store(&it->ev->done_gen, it->ev_gen);
-		s->queued--;
-		s->ndone++;
-		pthread_cond_broadcast(&s->cond);
-		free(it);
+		finish_item(s, it, err, end);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return NULL;
+}
+
+/* Inline mode: the calling thread runs the queued items, holding the stream's lock. */
+static void drain_inline(struct CUstream_st *s, struct CUevent_st *ev, uint64_t gen)
+{
+	while (s->head && !(ev && atomic_load(&ev->done_gen) >= gen)) {
+		struct item *it = s->head;
+		uint64_t end = 0;
+		int err;
+
+		s->head = it->next;
+		if (!s->head)
+			s->tail = NULL;
+		err = run_item(s, it, s->err, &end);
+		finish_item(s, it, err, end);
+	}
 }
 
 /* Queues an item; blocks (off-CPU) while the stream's launch queue is full. */
@@ -216,7 +250,9 @@ static int enqueue(struct CUstream_st *s, struct item *it)
 	unsigned int depth = queue_depth();
 
 	pthread_mutex_lock(&s->lock);
-	if (!s->started) {
+	if (fqsi_inline()) {
+		depth = UINT_MAX;
+	} else if (!s->started) {
 		if (pthread_create(&s->thread, NULL, device_main, s)) {
 			pthread_mutex_unlock(&s->lock);
 			free(it);
@@ -244,15 +280,20 @@ static int enqueue(struct CUstream_st *s, struct item *it)
 /* Blocks until the device has finished the work enqueued before the call. */
 static int stream_sync(struct CUstream_st *s)
 {
-	uint64_t target;
+	uint64_t target, end;
 	int err;
 
 	pthread_mutex_lock(&s->lock);
 	target = s->nenq;
+	if (fqsi_inline())
+		drain_inline(s, NULL, 0);
 	while (s->ndone < target)
 		pthread_cond_wait(&s->cond, &s->lock);
 	err = s->err;
+	end = s->gpu_ns;
 	pthread_mutex_unlock(&s->lock);
+	if (end > fqsi_now_ns())
+		fqsi_sleep_until(end);
 	return err;
 }
 
@@ -345,8 +386,9 @@ FQSI_EXPORT CUresult cuStreamQuery(CUstream hStream)
 	struct CUstream_st *s = stream_of(hStream);
 	int err;
 
-	/* never blocks: a watchdog thread polls while another synchronizes */
-	pthread_mutex_lock(&s->lock);
+	/* never blocks: a watchdog thread polls while another synchronizes (inline: runs) */
+	if (pthread_mutex_trylock(&s->lock))
+		return CUDA_ERROR_NOT_READY;
 	err = s->ndone < s->nenq ? -EAGAIN : s->err;
 	pthread_mutex_unlock(&s->lock);
 	return cu_err(err);
@@ -447,6 +489,8 @@ FQSI_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 		return CUDA_SUCCESS;
 	s = hEvent->stream;
 	pthread_mutex_lock(&s->lock);
+	if (fqsi_inline())
+		drain_inline(s, hEvent, gen);
 	while (atomic_load(&hEvent->done_gen) < gen)
 		pthread_cond_wait(&s->cond, &s->lock);
 	err = s->err;
@@ -464,8 +508,9 @@ FQSI_EXPORT CUresult cuEventQuery(CUevent hEvent)
 		return CUDA_ERROR_NOT_READY;
 	if (!hEvent->stream)
 		return CUDA_SUCCESS;
-	/* brief: the device holds the lock only between items; a failed stream says so */
-	pthread_mutex_lock(&hEvent->stream->lock);
+	/* a failed stream says so; never blocks on a synchronize that runs items inline */
+	if (pthread_mutex_trylock(&hEvent->stream->lock))
+		return CUDA_SUCCESS;
 	err = hEvent->stream->err;
 	pthread_mutex_unlock(&hEvent->stream->lock);
 	return cu_err(err);

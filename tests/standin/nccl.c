@@ -268,13 +268,18 @@ static void missing_ranks(const struct ncclComm *c, enum cond cond, uint64_t v, 
 		snprintf(buf, len, "%u of %d joined", atomic_load(&c->shm->joined), c->nranks);
 }
 
-/* Device time a collective takes once every rank is there: FQ_STANDIN_XFER_US, default 20. */
+/*
+ * Device time a collective takes once every rank is there: FQ_STANDIN_XFER_US, default 20
+ * (0 inline, as before: a sleep there would cost the synchronizing thread one more wakeup).
+ */
 static uint64_t xfer_ns(void)
 {
 	const char *s = getenv("FQ_STANDIN_XFER_US");
 	long v = s ? strtol(s, NULL, 10) : -1;
 
-	return (uint64_t)(v >= 0 && v <= 60000000 ? v : 20) * 1000;
+	if (v < 0 || v > 60000000)
+		v = fqsi_inline() ? 0 : 20;
+	return (uint64_t)v * 1000;
 }
 
 /* FQ_STANDIN_BLOCKING=1: a collective call returns only once every rank's kernel arrived. */
@@ -343,6 +348,8 @@ static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 		atomic_fetch_sub(&c->pending, 1);
 		return -ECANCELED;
 	}
+	if (x->start_ns > fqsi_now_ns())
+		fqsi_sleep_until(x->start_ns);
 	publish_arrival(c, seq);
 	for (int i = 0; kch && i < NCHANNELS; i++) {
 		fq_nccl_descr_t d = { 0 };
@@ -628,6 +635,9 @@ static ncclResult_t launch_op(const struct pending_op *p)
 		prof_start(comm, &coll, &d);
 		a4 = (uintptr_t)coll;
 	}
+	/* the synchronizing thread runs the kernel later: the host's enqueue is the arrival */
+	if (fqsi_inline())
+		publish_arrival(comm, a1);
 	atomic_fetch_add(&comm->pending, 1);
 	err = cudaLaunchKernel(&nccl_kernels[p->op], grid, block, params, 0, p->stream);
 	if (coll)

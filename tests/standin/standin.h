@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,6 +81,19 @@ static inline uint64_t fqsi_timeout_ns(void)
 	if (!(v > 0))
 		v = 120;
 	return (uint64_t)(v * 1e9);
+}
+
+/*
+ * FQ_STANDIN_DEVICE=inline keeps the earlier model, which fq-workload's loop shape and the
+ * tests built on its timing rely on: no device thread, the thread that synchronizes runs the
+ * stream's items itself, and a collective's arrival is published when the host enqueues it.
+ * Anything else: a device thread per stream.
+ */
+static inline int fqsi_inline(void)
+{
+	const char *s = getenv("FQ_STANDIN_DEVICE");
+
+	return s && !strcmp(s, "inline");
 }
 
 static inline void fqsi_sleep_until(uint64_t ns)

@@ -92,6 +92,7 @@ struct opts {
 	int buckets, layers, stages, micro, sync_every;
 	long launch_queue, xfer_us;
 	bool blocking;
+	const char *device;
 	int hang_rank;
 	long hang_at;
 	const char *cgroup_parent;
@@ -125,7 +126,8 @@ static void usage(FILE *f)
 		"         [--ops allreduce|mixed|grouped] [--watchdog-us US] [--report FILE]\n"
 		"         [--shape loop|ddp|fsdp|pipeline] [--buckets B] [--layers L]\n"
 		"         [--stages P] [--micro M] [--sync-every K] [--blocking]\n"
-		"         [--slow-kind busy|stall|gpu] [--launch-queue N] [--xfer-us US]\n");
+		"         [--slow-kind busy|stall|gpu] [--launch-queue N] [--xfer-us US]\n"
+		"         [--device thread|inline]\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -157,7 +159,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "stages", 1, NULL, 'P' },	  { "micro", 1, NULL, 'm' },
 		{ "sync-every", 1, NULL, 'e' },	  { "blocking", 0, NULL, 'B' },
 		{ "slow-kind", 1, NULL, 'K' },	  { "launch-queue", 1, NULL, 'q' },
-		{ "xfer-us", 1, NULL, 'x' },	  { 0 },
+		{ "xfer-us", 1, NULL, 'x' },	  { "device", 1, NULL, 'D' },
+		{ 0 },
 	};
 	int c;
 	long v;
@@ -286,6 +289,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'x':
 			err = parse_long(optarg, 0, 60000000, &o->xfer_us);
 			break;
+		case 'D':
+			if (strcmp(optarg, "thread") && strcmp(optarg, "inline"))
+				err = -EINVAL;
+			o->device = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -314,6 +322,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	if (o->shape == SHAPE_PIPELINE && o->ranks % o->stages) {
 		fprintf(stderr, "fq-workload: --ranks %d is not a multiple of --stages %d\n",
 			o->ranks, o->stages);
+		return -EINVAL;
+	}
+	if (o->shape != SHAPE_LOOP && o->device && !strcmp(o->device, "inline")) {
+		fprintf(stderr, "fq-workload: --device inline applies to --shape loop only\n");
 		return -EINVAL;
 	}
 	if (o->shape != SHAPE_LOOP && (o->mixed || o->grouped)) {
@@ -908,6 +920,11 @@ static void set_lib_env(const struct opts *o)
 	}
 	if (o->blocking)
 		setenv("FQ_STANDIN_BLOCKING", "1", 1);
+	/* the loop keeps the timing its tests were tuned on; the other shapes need devices */
+	if (o->device)
+		setenv("FQ_STANDIN_DEVICE", o->device, 1);
+	else
+		setenv("FQ_STANDIN_DEVICE", o->shape == SHAPE_LOOP ? "inline" : "thread", 0);
 }
 
 static int run_rank(const struct opts *o)
