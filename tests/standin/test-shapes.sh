@@ -124,6 +124,24 @@ grep -q 'AllReduce seq 5 timed out after 2 s waiting for rank(s) 1 ' "$T/err" ||
 grep -q 'cudaStreamSynchronize failed at step 2 .*the launch timed out' "$T/err" ||
 	fail "DDP hang: no rank reported its failed synchronize"
 
+# the loop's mixed and grouped ops on device threads: every rank the same numbered sequence
+for ops in mixed grouped; do
+	"$FQ_WORKLOAD" --ranks 3 --steps 4 --step-us 200 --ops $ops --device thread \
+		--watchdog-us 200 --report "$T/l.tsv" 2>"$T/err" ||
+		fail "loop --ops $ops on devices exited $?"
+	for r in 0 1 2; do
+		awk -F'\t' -v r=$r 'NR > 1 && $1 == r && $4 ~ /^nccl[A-Z]/ && $5 >= 0 {
+			print $4, $5 }' "$T/l.tsv" >"$T/lops.$r"
+	done
+	[ -s "$T/lops.0" ] && cmp -s "$T/lops.0" "$T/lops.1" && cmp -s "$T/lops.0" "$T/lops.2" ||
+		fail "loop --ops $ops on devices: ranks issued different operation sequences"
+	[ "$(ops_per_rank "$T/l.tsv" cudaStreamSynchronize | awk '{ print $2 }' | sort -u)" = 4 ] ||
+		fail "loop --ops $ops on devices: not one sync per step"
+done
+
+if "$FQ_WORKLOAD" --ranks 2 --steps 1 --shape ddp --device inline 2>"$T/err"; then
+	fail "--shape ddp --device inline was accepted"
+fi
 if "$FQ_WORKLOAD" --ranks 4 --steps 1 --shape pipeline --stages 3 2>"$T/err"; then
 	fail "--stages 3 over 4 ranks was accepted"
 fi
