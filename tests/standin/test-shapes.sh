@@ -36,6 +36,12 @@ offs=$(awk -F'\t' '$4 == "globaltimer" { print $7 }' "$T/d.tsv" | sort -u)
 echo "$offs" | awk '$1 < 100000 || $1 > 1000000 { bad = 1 } END { exit bad }' ||
 	fail "GPU clock offsets out of range: $offs"
 
+# --data-us: every step of the main thread waits that long for its batch
+"$FQ_WORKLOAD" --ranks 2 --steps 5 --shape ddp --buckets 2 --step-us 100 --kernel-us 100 \
+	--data-us 4000 --report "$T/data.tsv" 2>"$T/err" || fail "DDP --data-us exited $?"
+[ "$(col "$T/data.tsv" 0 step dur | awk '$1 >= 4000000' | wc -l)" = 5 ] ||
+	fail "--data-us 4000: not every step took 4 ms"
+
 # sync every 20 steps: with a GPU-bound step the host runs ahead until the launch queue is
 # full, so with a short queue the host's last sync waits far less than with a long one
 for q in 8 100000; do

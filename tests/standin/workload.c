@@ -90,7 +90,7 @@ struct opts {
 	enum slow_kind slow_kind;
 	enum shape shape;
 	int buckets, layers, stages, micro, sync_every;
-	long launch_queue, xfer_us;
+	long launch_queue, xfer_us, data_us;
 	bool blocking;
 	const char *device;
 	int hang_rank;
@@ -127,7 +127,7 @@ static void usage(FILE *f)
 		"         [--shape loop|ddp|fsdp|pipeline] [--buckets B] [--layers L]\n"
 		"         [--stages P] [--micro M] [--sync-every K] [--blocking]\n"
 		"         [--slow-kind busy|stall|gpu] [--launch-queue N] [--xfer-us US]\n"
-		"         [--device thread|inline]\n");
+		"         [--device thread|inline] [--data-us US]\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -160,7 +160,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "sync-every", 1, NULL, 'e' },	  { "blocking", 0, NULL, 'B' },
 		{ "slow-kind", 1, NULL, 'K' },	  { "launch-queue", 1, NULL, 'q' },
 		{ "xfer-us", 1, NULL, 'x' },	  { "device", 1, NULL, 'D' },
-		{ 0 },
+		{ "data-us", 1, NULL, 'L' },	  { 0 },
 	};
 	int c;
 	long v;
@@ -289,6 +289,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'x':
 			err = parse_long(optarg, 0, 60000000, &o->xfer_us);
 			break;
+		case 'L':
+			err = parse_long(optarg, 0, 60000000, &o->data_us);
+			break;
 		case 'D':
 			if (strcmp(optarg, "thread") && strcmp(optarg, "inline"))
 				err = -EINVAL;
@@ -326,6 +329,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	if (o->shape != SHAPE_LOOP && o->device && !strcmp(o->device, "inline")) {
 		fprintf(stderr, "fq-workload: --device inline applies to --shape loop only\n");
+		return -EINVAL;
+	}
+	if (o->shape == SHAPE_LOOP && o->data_us) {
+		fprintf(stderr, "fq-workload: --data-us applies to the shapes other than loop\n");
 		return -EINVAL;
 	}
 	if (o->shape != SHAPE_LOOP && (o->mixed || o->grouped)) {
@@ -484,10 +491,12 @@ static void sleep_us(long us)
 	fqsi_sleep_until(fqsi_now_ns() + (uint64_t)us * 1000);
 }
 
-/* A step's nominal length: its CPU work or its device work, whichever is longer. */
+/* A step's nominal length: its host side (CPU work, data wait) or its device work. */
 static long nominal_us(const struct opts *o)
 {
-	return o->step_us > o->kernel_us ? o->step_us : o->kernel_us;
+	long host = o->step_us + o->data_us;
+
+	return host > o->kernel_us ? host : o->kernel_us;
 }
 
 static bool slowed(const struct worker *w, int step)
@@ -496,14 +505,17 @@ static bool slowed(const struct worker *w, int step)
 }
 
 /*
- * The planted fault, at the start of the main thread's step: stall sleeps P% of a step
- * (off-CPU), busy spins P% of a step more; gpu leaves the CPU alone and returns the percentage
- * the step's compute kernels take of their normal device time.
+ * The start of the main thread's step: the wait for its batch (--data-us), then the planted
+ * fault: stall sleeps P% of a step (off-CPU), busy spins P% of a step more; gpu leaves the CPU
+ * alone and returns the percentage the step's compute kernels take of their normal device time.
  */
 static int plant(struct worker *w, int step)
 {
 	long extra = nominal_us(w->o) * w->o->slow_pct / 100;
 
+	/* --data-us: waiting for the next batch (data loader, I/O), off-CPU */
+	if (w->o->data_us > 0)
+		sleep_us(w->o->data_us);
 	if (!slowed(w, step))
 		return 100;
 	switch (w->o->slow_kind) {
