@@ -5,7 +5,8 @@
  * a "device" thread of its own (started at the stream's first launch). Timed kernels sleep for
  * their duration on it, items with a run hook (the stand-in NCCL's collectives) block in the
  * hook, off-CPU; a launch blocks while the queue is full; a synchronize blocks until the device
- * has finished what was enqueued before it.
+ * has finished what was enqueued before it. FQ_STANDIN_DEVICE=inline keeps the earlier model
+ * (standin.h): no device thread, the synchronizing thread runs the items.
  */
 #include <errno.h>
 #include <limits.h>
@@ -280,7 +281,7 @@ static int enqueue(struct CUstream_st *s, struct item *it)
 /* Blocks until the device has finished the work enqueued before the call. */
 static int stream_sync(struct CUstream_st *s)
 {
-	uint64_t target, end;
+	uint64_t target;
 	int err;
 
 	pthread_mutex_lock(&s->lock);
@@ -290,10 +291,7 @@ static int stream_sync(struct CUstream_st *s)
 	while (s->ndone < target)
 		pthread_cond_wait(&s->cond, &s->lock);
 	err = s->err;
-	end = s->gpu_ns;
 	pthread_mutex_unlock(&s->lock);
-	if (end > fqsi_now_ns())
-		fqsi_sleep_until(end);
 	return err;
 }
 
