@@ -66,6 +66,18 @@ NCCL_PROFILER_PLUGIN=$P4 FQ_TEST_PROFILER_OUT=$T/v4 "$FQ_WORKLOAD" --ranks 2 --s
 	--shape ddp --buckets 2 --step-us 200 2>"$T/err" || fail "job with a v4 plugin exited $?"
 [ "$(lines "$T/v4" kch_stop | wc -l)" = 24 ] && [ -z "$(lines "$T/v4" error)" ] ||
 	fail "v4 plugin: expected 24 KernelCh events and no error"
+# an init that fails: the job runs without the plugin, saying so once per rank
+NCCL_PROFILER_PLUGIN=$P5 FQ_TEST_PROFILER_OUT=$T/f FQ_TEST_PROFILER_INIT_FAIL=1 \
+	"$FQ_WORKLOAD" --ranks 2 --steps 3 --shape ddp --buckets 2 --step-us 200 2>"$T/err" ||
+	fail "job with a failing plugin init exited $?"
+[ "$(lines "$T/f" init_failed | wc -l)" = 2 ] && [ "$(cat "$T"/f.* | wc -l)" = 2 ] ||
+	fail "failed init: the plugin still got events: $(cat "$T"/f.* | head -n 3 | tr '\n' ';')"
+[ "$(grep -c 'profiler init failed (3); continuing without' "$T/err")" = 2 ] ||
+	fail "a failed plugin init was not reported once per rank"
+# no NCCL_PROFILER_PLUGIN: nothing loaded
+env -u NCCL_PROFILER_PLUGIN FQ_TEST_PROFILER_OUT=$T/none "$FQ_WORKLOAD" --ranks 2 --steps 2 \
+	--shape ddp --step-us 200 2>"$T/err" || fail "job without a plugin exited $?"
+! ls "$T"/none.* >/dev/null 2>&1 || fail "a plugin was loaded without NCCL_PROFILER_PLUGIN"
 # a library without the symbols: one line, and the job runs
 NCCL_PROFILER_PLUGIN=$STANDIN_DIR/libcuda.so.1 "$FQ_WORKLOAD" --ranks 2 --steps 3 \
 	--shape ddp --step-us 200 2>"$T/err" || fail "job with a symbol-less plugin exited $?"

@@ -14,7 +14,8 @@
  *   finalize <rank> <colls> <channels>
  *   error <rank> <what>          (any misuse: the test fails on one)
  *
- * FQ_TEST_PROFILER_MASK sets the activation mask it asks for (default Coll | KernelCh). Built
+ * FQ_TEST_PROFILER_MASK sets the activation mask it asks for (default Coll | KernelCh);
+ * FQ_TEST_PROFILER_INIT_FAIL=1 makes init fail (logged as "init_failed <rank>"). Built
  * twice: exporting ncclProfiler_v5, and with FQ_TEST_PROFILER_V4 ncclProfiler_v4.
  */
 #include <pthread.h>
@@ -97,6 +98,11 @@ static ncclResult_t p_init(void **context, uint64_t hash, int *mask, const char 
 
 	if (!c)
 		return 3;
+	if (getenv("FQ_TEST_PROFILER_INIT_FAIL")) {
+		say("init_failed %d\n", rank);
+		free(c);
+		return 3;
+	}
 	c->magic = CTX_MAGIC;
 	c->rank = rank;
 	pthread_mutex_init(&c->lock, NULL);
