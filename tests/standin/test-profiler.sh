@@ -55,6 +55,21 @@ lines "$T/p5" kch_stop | awk '{ print $2, $5, $7, $8 }' | sort -u >"$T/kch"
 cmp -s "$T/gpu" "$T/kch" || fail "KernelCh pTimers differ from the kernels' GPU start/stop"
 awk '$4 < $3 { bad = 1 } END { exit bad }' "$T/kch" || fail "a KernelCh stops before it starts"
 
+# FSDP: all-gathers and reduce-scatters interleave; each function numbers its own from 0
+NCCL_PROFILER_PLUGIN=$P5 FQ_TEST_PROFILER_OUT=$T/fs "$FQ_WORKLOAD" --ranks 2 --steps 3 \
+	--shape fsdp --layers 2 --step-us 200 --kernel-us 300 2>"$T/err" ||
+	fail "FSDP job with the plugin exited $?"
+[ -z "$(lines "$T/fs" error)" ] ||
+	fail "FSDP: plugin saw misuse: $(lines "$T/fs" error | head -n 1)"
+for f in AllGather:12 ReduceScatter:6; do
+	lines "$T/fs" coll_start | awk -v f=${f%:*} -v n=${f#*:} '$4 == f {
+			if ($5 != seq[$2]++) bad = 1 }
+		END { for (r = 0; r < 2; r++) if (seq[r] != n) bad = 1; exit bad }' ||
+		fail "FSDP: ${f%:*} seqNumbers are not 0..$((${f#*:} - 1)) on each rank"
+done
+[ "$(lines "$T/fs" kch_stop | wc -l)" = $((2 * 18 * 2)) ] ||
+	fail "FSDP: not 2 KernelCh per collective"
+
 # without KernelCh in the mask: Coll events only
 NCCL_PROFILER_PLUGIN=$P5 FQ_TEST_PROFILER_OUT=$T/m FQ_TEST_PROFILER_MASK=2 "$FQ_WORKLOAD" \
 	--ranks 2 --steps 3 --shape ddp --buckets 2 --step-us 200 2>"$T/err" ||
