@@ -9,13 +9,14 @@
  * arrived at the same sequence number, then takes a short transfer time. The host sees that
  * wait in a later cudaStreamSynchronize, so a late rank waits least and its peers most. No data
  * moves. A profiler plugin named by NCCL_PROFILER_PLUGIN is called as NCCL 2.28 calls it.
+ * With FQ_STANDIN_DEVICE=inline (standin.h) the arrival is published at enqueue instead.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -54,6 +55,7 @@ typedef enum {
 	ncclInProgress = 7,
 	ncclNumResults = 8
 } nccl_result_t;
+/* nccl_profiler.h calls it an int, as a plugin sees it; the same ABI, the names kept here */
 #define ncclResult_t nccl_result_t
 
 typedef enum {
