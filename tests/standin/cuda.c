@@ -1,17 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Stand-in libcuda.so.1: the CUDA driver API entry points fleetq probes, with cuda.h's C ABI.
- * There is no GPU: a stream is a queue of work items that the thread which synchronizes runs
- * in order. Timed kernels advance a per-stream GPU clock and a synchronize sleeps until it;
- * items with a run hook (the stand-in NCCL's collectives) block in the hook, off-CPU.
+ * There is no GPU: each stream is a bounded queue of work items run in order, in real time, by
+ * a "device" thread of its own (started at the stream's first launch). Timed kernels sleep for
+ * their duration on it, items with a run hook (the stand-in NCCL's collectives) block in the
+ * hook, off-CPU; a launch blocks while the queue is full; a synchronize blocks until the device
+ * has finished what was enqueued before it. FQ_STANDIN_DEVICE=inline keeps the earlier model
+ * (standin.h): no device thread, the synchronizing thread runs the items.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "standin.h"
@@ -35,7 +40,7 @@ enum {
 	CUDA_ERROR_LAUNCH_FAILED = 719,
 };
 
-enum item_kind { ITEM_TIMED, ITEM_RUN, ITEM_EVENT };
+enum item_kind { ITEM_TIMED, ITEM_RUN, ITEM_EVENT, ITEM_WAIT };
 
 struct item {
 	struct item *next;
@@ -44,14 +49,21 @@ struct item {
 	const struct fqsi_kernel *k;
 	uint64_t argv[FQSI_MAX_PARAMS];
 	struct CUevent_st *ev;
+	struct CUstream_st *wait_on; /* ITEM_WAIT: the stream the event was recorded on */
 	uint64_t ev_gen;
 };
 
 struct CUstream_st {
-	/* held while items run, so a synchronize and a polling watchdog never run one twice */
 	pthread_mutex_t lock;
+	/* one condition for all: work queued (device), room (launchers), progress (syncs) */
+	pthread_cond_t cond;
 	struct item *head, *tail;
-	uint64_t gpu_ns; /* GPU clock: when the last completed item finished */
+	unsigned int queued; /* enqueued and not finished, the running item included */
+	uint64_t nenq, ndone;
+	uint64_t gpu_ns; /* device clock: when the last finished item ended */
+	int err;	 /* sticky: the first failed item fails the stream, as a faulted context */
+	bool started, stop;
+	pthread_t thread;
 	struct CUstream_st *next;
 };
 
@@ -63,7 +75,8 @@ struct CUevent_st {
 
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct CUstream_st *streams;
-static struct CUstream_st default_stream = { .lock = PTHREAD_MUTEX_INITIALIZER };
+static struct CUstream_st default_stream = { .lock = PTHREAD_MUTEX_INITIALIZER,
+					     .cond = PTHREAD_COND_INITIALIZER };
 static bool default_listed;
 
 static int ndevices(void)
@@ -72,6 +85,22 @@ static int ndevices(void)
 	int n = s ? atoi(s) : 8;
 
 	return n > 0 ? n : 8;
+}
+
+/* Items a stream holds before a launch blocks: FQ_STANDIN_LAUNCH_QUEUE, default 64. */
+static unsigned int queue_depth(void)
+{
+	static _Atomic unsigned int depth;
+	unsigned int d = atomic_load(&depth);
+
+	if (!d) {
+		const char *s = getenv("FQ_STANDIN_LAUNCH_QUEUE");
+		long v = s ? strtol(s, NULL, 10) : 0;
+
+		d = v > 0 && v < 1000000 ? (unsigned int)v : 64;
+		atomic_store(&depth, d);
+	}
+	return d;
 }
 
 static struct CUstream_st *stream_of(CUstream s)
@@ -106,78 +135,162 @@ static CUresult cu_err(int err)
 	}
 }
 
-static void enqueue(struct CUstream_st *s, struct item *it)
+static void drain_inline(struct CUstream_st *s, struct CUevent_st *ev, uint64_t gen);
+
+/* Runs one item on the device thread; returns its error and sets *end to the device clock. */
+static int run_item(struct CUstream_st *s, struct item *it, int failed, uint64_t *end)
 {
-	it->enq_ns = fqsi_now_ns();
+	uint64_t start = it->enq_ns > s->gpu_ns ? it->enq_ns : s->gpu_ns;
+	struct fqsi_exec x = { .start_ns = start, .end_ns = start, .failed = failed };
+	char note[96];
+	int err = 0;
+
+	switch (it->kind) {
+	case ITEM_TIMED:
+		x.end_ns = start + it->argv[0];
+		if (failed)
+			break;
+		fqsi_sleep_until(x.end_ns);
+		snprintf(note, sizeof(note), "gstart=%llu gstop=%llu",
+			 (unsigned long long)(start + fqsi_gpu_offset_ns()),
+			 (unsigned long long)(x.end_ns + fqsi_gpu_offset_ns()));
+		fqsi_device_row(it->k->name, -1, 0, it->argv[0], note);
+		break;
+	case ITEM_RUN:
+		err = it->k->run(it->argv, &x);
+		if (x.end_ns < start)
+			x.end_ns = start;
+		break;
+	case ITEM_WAIT:
+		if (fqsi_inline()) {
+			/* no device runs the other stream: run it up to the event here */
+			if (it->wait_on != s) {
+				pthread_mutex_lock(&it->wait_on->lock);
+				drain_inline(it->wait_on, it->ev, it->ev_gen);
+				pthread_mutex_unlock(&it->wait_on->lock);
+			}
+			break;
+		}
+		/* cuStreamWaitEvent: the device idles until the other stream passes the event */
+		pthread_mutex_lock(&it->wait_on->lock);
+		while (atomic_load(&it->ev->done_gen) < it->ev_gen)
+			pthread_cond_wait(&it->wait_on->cond, &it->wait_on->lock);
+		pthread_mutex_unlock(&it->wait_on->lock);
+		x.end_ns = fqsi_now_ns();
+		break;
+	case ITEM_EVENT:
+		break;
+	}
+	*end = x.end_ns;
+	return err;
+}
+
+/* An item is done. Caller holds s->lock. */
+static void finish_item(struct CUstream_st *s, struct item *it, int err, uint64_t end)
+{
+	if (err && !s->err)
+		s->err = err;
+	if (end > s->gpu_ns)
+		s->gpu_ns = end;
+	if (it->kind == ITEM_EVENT)
+		atomic_store(&it->ev->done_gen, it->ev_gen);
+	s->queued--;
+	s->ndone++;
+	pthread_cond_broadcast(&s->cond);
+	free(it);
+}
+
+static void *device_main(void *arg)
+{
+	struct CUstream_st *s = arg;
+
+	prctl(PR_SET_NAME, "fqsi-device");
 	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		struct item *it;
+		uint64_t end = 0;
+		int err, failed;
+
+		while (!s->head && !s->stop)
+			pthread_cond_wait(&s->cond, &s->lock);
+		if (!s->head)
+			break;
+		it = s->head;
+		s->head = it->next;
+		if (!s->head)
+			s->tail = NULL;
+		failed = s->err;
+		pthread_mutex_unlock(&s->lock);
+		err = run_item(s, it, failed, &end);
+		pthread_mutex_lock(&s->lock);
+		finish_item(s, it, err, end);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* Inline mode: the calling thread runs the queued items, holding the stream's lock. */
+static void drain_inline(struct CUstream_st *s, struct CUevent_st *ev, uint64_t gen)
+{
+	while (s->head && !(ev && atomic_load(&ev->done_gen) >= gen)) {
+		struct item *it = s->head;
+		uint64_t end = 0;
+		int err;
+
+		s->head = it->next;
+		if (!s->head)
+			s->tail = NULL;
+		err = run_item(s, it, s->err, &end);
+		finish_item(s, it, err, end);
+	}
+}
+
+/* Queues an item; blocks (off-CPU) while the stream's launch queue is full. */
+static int enqueue(struct CUstream_st *s, struct item *it)
+{
+	unsigned int depth = queue_depth();
+
+	pthread_mutex_lock(&s->lock);
+	if (fqsi_inline()) {
+		depth = UINT_MAX;
+	} else if (!s->started) {
+		if (pthread_create(&s->thread, NULL, device_main, s)) {
+			pthread_mutex_unlock(&s->lock);
+			free(it);
+			return -ENOMEM;
+		}
+		s->started = true;
+	}
+	while (s->queued >= depth)
+		pthread_cond_wait(&s->cond, &s->lock);
+	it->enq_ns = fqsi_now_ns();
+	if (it->kind == ITEM_EVENT)
+		it->ev_gen = atomic_fetch_add(&it->ev->rec_gen, 1) + 1;
 	if (s->tail)
 		s->tail->next = it;
 	else
 		s->head = it;
 	s->tail = it;
+	s->queued++;
+	s->nenq++;
+	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
+	return 0;
 }
 
-/* Runs the head item. Caller holds s->lock. 0 when it completed (and was popped). */
-static int run_head(struct CUstream_st *s, int block)
-{
-	struct item *it = s->head;
-	uint64_t start = it->enq_ns > s->gpu_ns ? it->enq_ns : s->gpu_ns;
-	uint64_t end = start;
-	int err = 0;
-
-	switch (it->kind) {
-	case ITEM_TIMED:
-		end = start + it->argv[0];
-		if (fqsi_now_ns() < end) {
-			struct timespec ts = { .tv_sec = (time_t)(end / 1000000000ull),
-					       .tv_nsec = (long)(end % 1000000000ull) };
-
-			if (!block)
-				return -EAGAIN;
-			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-				;
-		}
-		break;
-	case ITEM_RUN:
-		err = it->k->run(it->argv, block);
-		if (err == -EAGAIN)
-			return err;
-		end = fqsi_now_ns();
-		break;
-	case ITEM_EVENT:
-		atomic_store(&it->ev->done_gen, it->ev_gen);
-		break;
-	}
-	if (end > s->gpu_ns)
-		s->gpu_ns = end;
-	/* a failed item is dropped like a faulted kernel; the caller sees its error once */
-	s->head = it->next;
-	if (!s->head)
-		s->tail = NULL;
-	free(it);
-	return err;
-}
-
-/* Runs items until the queue is empty or *stop says so. Caller holds s->lock. */
-static int drain(struct CUstream_st *s, int block, struct CUevent_st *ev, uint64_t gen)
-{
-	int err = 0;
-
-	while (s->head && !(ev && atomic_load(&ev->done_gen) >= gen)) {
-		err = run_head(s, block);
-		if (err)
-			break;
-	}
-	return err;
-}
-
+/* Blocks until the device has finished the work enqueued before the call. */
 static int stream_sync(struct CUstream_st *s)
 {
+	uint64_t target;
 	int err;
 
 	pthread_mutex_lock(&s->lock);
-	err = drain(s, 1, NULL, 0);
+	target = s->nenq;
+	if (fqsi_inline())
+		drain_inline(s, NULL, 0);
+	while (s->ndone < target)
+		pthread_cond_wait(&s->cond, &s->lock);
+	err = s->err;
 	pthread_mutex_unlock(&s->lock);
 	return err;
 }
@@ -223,6 +336,7 @@ FQSI_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int flags)
 	if (!s)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->cond, NULL);
 	pthread_mutex_lock(&streams_lock);
 	s->next = streams;
 	streams = s;
@@ -248,6 +362,13 @@ FQSI_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 		}
 	}
 	pthread_mutex_unlock(&streams_lock);
+	pthread_mutex_lock(&hStream->lock);
+	hStream->stop = true;
+	pthread_cond_broadcast(&hStream->cond);
+	pthread_mutex_unlock(&hStream->lock);
+	if (hStream->started)
+		pthread_join(hStream->thread, NULL);
+	pthread_cond_destroy(&hStream->cond);
 	pthread_mutex_destroy(&hStream->lock);
 	free(hStream);
 	return cu_err(err);
@@ -263,10 +384,34 @@ FQSI_EXPORT CUresult cuStreamQuery(CUstream hStream)
 	struct CUstream_st *s = stream_of(hStream);
 	int err;
 
+	/* never blocks: a watchdog thread polls while another synchronizes (inline: runs) */
 	if (pthread_mutex_trylock(&s->lock))
 		return CUDA_ERROR_NOT_READY;
-	err = drain(s, 0, NULL, 0);
+	err = s->ndone < s->nenq ? -EAGAIN : s->err;
 	pthread_mutex_unlock(&s->lock);
+	return cu_err(err);
+}
+
+FQSI_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+	struct item *it;
+	int err;
+
+	if (!hEvent)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (Flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* an event never recorded is complete: nothing to wait for */
+	if (!hEvent->stream || !atomic_load(&hEvent->rec_gen))
+		return CUDA_SUCCESS;
+	it = calloc(1, sizeof(*it));
+	if (!it)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	it->kind = ITEM_WAIT;
+	it->ev = hEvent;
+	it->wait_on = hEvent->stream;
+	it->ev_gen = atomic_load(&hEvent->rec_gen);
+	err = enqueue(stream_of(hStream), it);
 	return cu_err(err);
 }
 
@@ -326,13 +471,12 @@ FQSI_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 	it->kind = ITEM_EVENT;
 	it->ev = hEvent;
 	hEvent->stream = stream_of(hStream);
-	it->ev_gen = atomic_fetch_add(&hEvent->rec_gen, 1) + 1;
-	enqueue(hEvent->stream, it);
-	return CUDA_SUCCESS;
+	return cu_err(enqueue(hEvent->stream, it));
 }
 
 FQSI_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
+	struct CUstream_st *s;
 	uint64_t gen;
 	int err;
 
@@ -341,30 +485,33 @@ FQSI_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 	gen = atomic_load(&hEvent->rec_gen);
 	if (atomic_load(&hEvent->done_gen) >= gen)
 		return CUDA_SUCCESS;
-	pthread_mutex_lock(&hEvent->stream->lock);
-	err = drain(hEvent->stream, 1, hEvent, gen);
-	pthread_mutex_unlock(&hEvent->stream->lock);
+	s = hEvent->stream;
+	pthread_mutex_lock(&s->lock);
+	if (fqsi_inline())
+		drain_inline(s, hEvent, gen);
+	while (atomic_load(&hEvent->done_gen) < gen)
+		pthread_cond_wait(&s->cond, &s->lock);
+	err = s->err;
+	pthread_mutex_unlock(&s->lock);
 	return cu_err(err);
 }
 
 FQSI_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
-	uint64_t gen;
 	int err;
 
 	if (!hEvent)
 		return CUDA_ERROR_INVALID_HANDLE;
-	gen = atomic_load(&hEvent->rec_gen);
-	if (atomic_load(&hEvent->done_gen) >= gen)
-		return CUDA_SUCCESS;
-	/* a watchdog polls while another thread synchronizes: never block, never run twice */
-	if (pthread_mutex_trylock(&hEvent->stream->lock))
+	if (atomic_load(&hEvent->done_gen) < atomic_load(&hEvent->rec_gen))
 		return CUDA_ERROR_NOT_READY;
-	err = drain(hEvent->stream, 0, hEvent, gen);
+	if (!hEvent->stream)
+		return CUDA_SUCCESS;
+	/* a failed stream says so; never blocks on a synchronize that runs items inline */
+	if (pthread_mutex_trylock(&hEvent->stream->lock))
+		return CUDA_SUCCESS;
+	err = hEvent->stream->err;
 	pthread_mutex_unlock(&hEvent->stream->lock);
-	if (err)
-		return cu_err(err);
-	return atomic_load(&hEvent->done_gen) >= gen ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	return cu_err(err);
 }
 
 FQSI_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -388,8 +535,7 @@ FQSI_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigne
 	it->k = f;
 	for (uint32_t i = 0; i < f->nparams; i++)
 		memcpy(&it->argv[i], kernelParams[i], sizeof(uint64_t));
-	enqueue(stream_of(hStream), it);
-	return CUDA_SUCCESS;
+	return cu_err(enqueue(stream_of(hStream), it));
 }
 
 FQSI_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)

@@ -35,6 +35,7 @@ CUresult cuStreamCreate(cudaStream_t *phStream, unsigned int flags);
 CUresult cuStreamDestroy_v2(cudaStream_t hStream);
 CUresult cuStreamSynchronize(cudaStream_t hStream);
 CUresult cuStreamQuery(cudaStream_t hStream);
+CUresult cuStreamWaitEvent(cudaStream_t hStream, cudaEvent_t hEvent, unsigned int flags);
 CUresult cuCtxSynchronize(void);
 CUresult cuEventCreate(cudaEvent_t *phEvent, unsigned int flags);
 CUresult cuEventDestroy_v2(cudaEvent_t hEvent);
@@ -114,6 +115,12 @@ FQSI_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 FQSI_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
 	return rt_err(cuStreamQuery(stream));
+}
+
+FQSI_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+					    unsigned int flags)
+{
+	return rt_err(cuStreamWaitEvent(stream, event, flags));
 }
 
 FQSI_EXPORT cudaError_t cudaDeviceSynchronize(void)

@@ -3,16 +3,20 @@
  * Stand-in libnccl.so.2 with NCCL 2.28's C ABI, for CI machines without a GPU.
  *
  * What it keeps from real NCCL, because fleetq's straggler analysis depends on it: a collective
- * call only enqueues and returns; the rank's arrival is published at once in a shared-memory
- * segment of the communicator, and the stream gets a work item that waits until every rank (or
- * the peer, for send/recv) has arrived at the same sequence number. That wait happens in the
- * later cudaStreamSynchronize/cuStreamSynchronize, blocked on a futex (off-CPU), so a late rank
- * waits least and its peers most. No data moves.
+ * call only enqueues a kernel and returns. When the stream's device reaches the kernel, it
+ * records its GPU start, publishes the rank's arrival in a shared-memory segment of the
+ * communicator and waits (futex, off-CPU) until every rank (or the peer, for send/recv) has
+ * arrived at the same sequence number, then takes a short transfer time. The host sees that
+ * wait in a later cudaStreamSynchronize, so a late rank waits least and its peers most. No data
+ * moves. A profiler plugin named by NCCL_PROFILER_PLUGIN is called as NCCL 2.28 calls it.
+ * With FQ_STANDIN_DEVICE=inline (standin.h) the arrival is published at enqueue instead.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -20,12 +24,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "standin.h"
+/* the plugin ABI and NCCL's communicator hash, shared with fleetq's own plugin */
+#include "../../agentd/ncclprof/nccl_profiler.h"
 
 #define NCCL_UNIQUE_ID_BYTES 128
 #define NCCL_SPLIT_NOCOLOR -1
@@ -47,7 +54,9 @@ typedef enum {
 	ncclRemoteError = 6,
 	ncclInProgress = 7,
 	ncclNumResults = 8
-} ncclResult_t;
+} nccl_result_t;
+/* nccl_profiler.h calls it an int, as a plugin sees it; the same ABI, the names kept here */
+#define ncclResult_t nccl_result_t
 
 typedef enum {
 	ncclInt8 = 0,
@@ -131,27 +140,40 @@ struct ncclComm {
 	unsigned char uid[NCCL_UNIQUE_ID_BYTES];
 	int nranks, rank, cudev;
 	uint64_t seq; /* per-communicator operation counter, identical across ranks */
+	uint64_t fseq[OP_COUNT]; /* per function, as NCCL's comm->seqNumber[func] */
 	uint64_t nbarrier;
 	uint64_t nsplit;
 	_Atomic uint64_t pending; /* stream items that still point at this comm */
+	void *prof_ctx;		  /* the profiler plugin's context, when its init succeeded */
+	int prof_mask;
 };
 
 struct pending_op {
 	enum op op;
 	ncclComm_t comm;
-	int peer;
+	int peer, root;
+	size_t count;
+	ncclDataType_t dtype;
 	cudaStream_t stream;
 };
+
+/* Kernel channels each collective reports to a profiler plugin. */
+#define NCHANNELS 2
+
+/* The profiler plugin, loaded once per process as NCCL does; NULL: none. */
+static pthread_once_t prof_once = PTHREAD_ONCE_INIT;
+static const fq_nccl_profiler_v5_t *prof_v5;
+static const fq_nccl_profiler_v4_t *prof_v4;
 
 static __thread int group_depth;
 static __thread struct pending_op *group_ops;
 static __thread size_t group_n, group_cap;
 static __thread char last_error[256];
 
-static int nccl_kernel_run(const uint64_t *argv, int block);
+static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x);
 
 /* One "device kernel" per operation, so a trace of cuLaunchKernel can tell them apart. */
-#define KERNEL(n) { FQSI_KERNEL_MAGIC, 4, "ncclDevKernel_" n, nccl_kernel_run }
+#define KERNEL(n) { FQSI_KERNEL_MAGIC, 7, "ncclDevKernel_" n, nccl_kernel_run }
 static const struct fqsi_kernel nccl_kernels[OP_COUNT] = {
 	KERNEL("AllReduce"), KERNEL("AllGather"), KERNEL("ReduceScatter"), KERNEL("Broadcast"),
 	KERNEL("Reduce"),    KERNEL("SendRecv"),  KERNEL("SendRecv"),
@@ -248,18 +270,101 @@ static void missing_ranks(const struct ncclComm *c, enum cond cond, uint64_t v, 
 		snprintf(buf, len, "%u of %d joined", atomic_load(&c->shm->joined), c->nranks);
 }
 
-static int nccl_kernel_run(const uint64_t *argv, int block)
+/*
+ * Device time a collective takes once every rank is there: FQ_STANDIN_XFER_US, default 20
+ * (0 inline, as before: a sleep there would cost the synchronizing thread one more wakeup).
+ */
+static uint64_t xfer_ns(void)
+{
+	const char *s = getenv("FQ_STANDIN_XFER_US");
+	long v = s ? strtol(s, NULL, 10) : -1;
+
+	if (v < 0 || v > 60000000)
+		v = fqsi_inline() ? 0 : 20;
+	return (uint64_t)v * 1000;
+}
+
+/* FQ_STANDIN_BLOCKING=1: a collective call returns only once every rank's kernel arrived. */
+static bool blocking(void)
+{
+	const char *s = getenv("FQ_STANDIN_BLOCKING");
+
+	return s && !strcmp(s, "1");
+}
+
+static void publish_arrival(struct ncclComm *c, uint64_t seq)
+{
+	uint64_t cur = atomic_load(&c->shm->arrived[c->rank]);
+
+	/* monotonic even if two streams run one communicator's kernels out of order */
+	while (cur < seq + 1 &&
+	       !atomic_compare_exchange_weak(&c->shm->arrived[c->rank], &cur, seq + 1))
+		;
+	bump(c->shm);
+}
+
+static ncclResult_t prof_start(struct ncclComm *c, void **h, fq_nccl_descr_t *d)
+{
+	*h = NULL;
+	if (prof_v5)
+		return prof_v5->startEvent(c->prof_ctx, h, d);
+	return prof_v4->startEvent(c->prof_ctx, h, d);
+}
+
+static void prof_stop(void *h)
+{
+	if (prof_v5)
+		prof_v5->stopEvent(h);
+	else
+		prof_v4->stopEvent(h);
+}
+
+static void prof_record(void *h, int state, fq_nccl_state_args_t *a)
+{
+	if (prof_v5)
+		prof_v5->recordEventState(h, state, a);
+	else
+		prof_v4->recordEventState(h, state, a);
+}
+
+/*
+ * The collective's kernel, on the stream's device thread: GPU start, arrival, the wait for the
+ * other ranks, the transfer, GPU stop. argv: comm, seq, op, peer, Coll event handle, count, the
+ * per-function sequence number.
+ */
+static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 {
 	struct ncclComm *c = (struct ncclComm *)(uintptr_t)argv[0];
 	uint64_t seq = argv[1];
 	enum op op = (enum op)argv[2];
 	int peer = (int)(int64_t)argv[3];
+	void *coll = (void *)(uintptr_t)argv[4];
 	enum cond cond = peer >= 0 ? COND_PEER : COND_ALL;
+	bool kch = c->prof_ctx && (c->prof_mask & ncclProfileKernelCh) && op < OP_SEND;
+	void *ch[NCHANNELS] = { 0 };
+	uint64_t off = fqsi_gpu_offset_ns(), all, end;
+	char note[160];
 	int err;
 
-	err = comm_wait(c, cond, seq, peer, block);
-	if (err == -EAGAIN)
-		return err;
+	if (x->failed) {
+		atomic_fetch_sub(&c->pending, 1);
+		return -ECANCELED;
+	}
+	/* the kernel starts when it is reached: a late device thread's wakeup is part of it */
+	if (fqsi_now_ns() > x->start_ns)
+		x->start_ns = fqsi_now_ns();
+	publish_arrival(c, seq);
+	for (int i = 0; kch && i < NCHANNELS; i++) {
+		fq_nccl_descr_t d = { 0 };
+
+		/* as NCCL: the parent is the Coll event's handle; rank is not filled in */
+		d.type = ncclProfileKernelCh;
+		d.parentObj = coll;
+		d.kernelCh.channelId = (uint8_t)i;
+		d.kernelCh.pTimer = x->start_ns + off;
+		prof_start(c, &ch[i], &d);
+	}
+	err = comm_wait(c, cond, seq, peer, 1);
 	if (err == -ETIMEDOUT) {
 		char who[160];
 
@@ -269,8 +374,113 @@ static int nccl_kernel_run(const uint64_t *argv, int block)
 		     c->rank, c->nranks, op_names[op], (unsigned long long)seq,
 		     (double)fqsi_timeout_ns() / 1e9, who);
 	}
+	all = fqsi_now_ns();
+	if (all < x->start_ns)
+		all = x->start_ns;
+	end = all + (err ? 0 : xfer_ns());
+	fqsi_sleep_until(end);
+	x->end_ns = end;
+	for (int i = 0; i < NCHANNELS; i++) {
+		fq_nccl_state_args_t a = { 0 };
+
+		if (!ch[i])
+			continue;
+		a.kernelCh.pTimer = end + off;
+		prof_record(ch[i], ncclProfilerKernelChStop, &a);
+		prof_stop(ch[i]);
+	}
+	snprintf(note, sizeof(note), "gstart=%llu gstop=%llu wait=%llu fseq=%llu",
+		 (unsigned long long)(x->start_ns + off), (unsigned long long)(end + off),
+		 (unsigned long long)(all - x->start_ns), (unsigned long long)argv[6]);
+	fqsi_device_row(nccl_kernels[op].name, (long long)seq, (long long)argv[5],
+			end - x->start_ns, note);
 	atomic_fetch_sub(&c->pending, 1);
 	return err;
+}
+
+static void prof_log(int level, unsigned long flags, const char *file, int line,
+		     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void prof_log(int level, unsigned long flags, const char *file, int line,
+		     const char *fmt, ...)
+{
+	const char *dbg = getenv("NCCL_DEBUG");
+	va_list ap;
+
+	if (!dbg || (strcasecmp(dbg, "INFO") && strcasecmp(dbg, "TRACE")))
+		return;
+	va_start(ap, fmt);
+	fprintf(stderr, "fq-standin nccl: profiler: ");
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+/* NCCL_PROFILER_PLUGIN: a path or name dlopen finds, else libnccl-profiler-<name>.so. */
+static void prof_load(void)
+{
+	const char *name = getenv("NCCL_PROFILER_PLUGIN");
+	char alt[256];
+	void *lib;
+
+	if (!name || !*name || !strcasecmp(name, "none"))
+		return;
+	lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	if (!lib && !strchr(name, '/')) {
+		snprintf(alt, sizeof(alt), "libnccl-profiler-%s.so", name);
+		lib = dlopen(alt, RTLD_NOW | RTLD_LOCAL);
+	}
+	if (!lib) {
+		fprintf(stderr, "fq-standin nccl: cannot load profiler plugin '%s': %s\n", name,
+			dlerror());
+		return;
+	}
+	prof_v5 = dlsym(lib, "ncclProfiler_v5");
+	if (!prof_v5)
+		prof_v4 = dlsym(lib, "ncclProfiler_v4");
+	if (!prof_v5 && !prof_v4) {
+		fprintf(stderr, "fq-standin nccl: profiler plugin '%s' has neither ncclProfiler_v5 "
+				"nor ncclProfiler_v4; ignored\n", name);
+		dlclose(lib);
+	}
+}
+
+/* Once per communicator, after it is complete: the plugin's init, as NCCL's. */
+static void prof_init(struct ncclComm *c)
+{
+	const char *lws = getenv("LOCAL_WORLD_SIZE");
+	int per = lws ? atoi(lws) : 0, nnodes = 1, mask = 0;
+	uint64_t hash = fq_nccl_hash(c->uid, NCCL_UNIQUE_ID_BYTES);
+	ncclResult_t r;
+
+	pthread_once(&prof_once, prof_load);
+	if (!prof_v5 && !prof_v4)
+		return;
+	if (per > 0 && per < c->nranks)
+		nnodes = (c->nranks + per - 1) / per;
+	if (prof_v5)
+		r = prof_v5->init(&c->prof_ctx, hash, &mask, NULL, nnodes, c->nranks, c->rank,
+				  prof_log);
+	else
+		r = prof_v4->init(&c->prof_ctx, &mask, NULL, hash, nnodes, c->nranks, c->rank,
+				  prof_log);
+	if (r) {
+		fprintf(stderr, "fq-standin nccl: profiler init failed (%d); continuing without\n",
+			(int)r);
+		c->prof_ctx = NULL;
+		return;
+	}
+	c->prof_mask = mask;
+}
+
+static void prof_finalize(struct ncclComm *c)
+{
+	if (!c->prof_ctx)
+		return;
+	if (prof_v5)
+		prof_v5->finalize(c->prof_ctx);
+	else
+		prof_v4->finalize(c->prof_ctx);
+	c->prof_ctx = NULL;
 }
 
 static void uid_name(struct ncclComm *c, const unsigned char uid[NCCL_UNIQUE_ID_BYTES])
@@ -380,33 +590,85 @@ static ncclResult_t init_rank(ncclComm_t *comm, int nranks, const ncclUniqueId *
 	if (res) {
 		comm_leave(*comm);
 		*comm = NULL;
+		return res;
 	}
+	prof_init(*comm);
 	return res;
 }
 
-static ncclResult_t launch_op(enum op op, ncclComm_t comm, int peer, cudaStream_t stream)
+static const char *dtype_name(ncclDataType_t t)
 {
-	uint64_t a0 = (uintptr_t)comm, a1 = comm->seq++, a2 = op, a3 = (uint64_t)(int64_t)peer;
-	void *params[4] = { &a0, &a1, &a2, &a3 };
+	static const char *const names[ncclNumTypes] = {
+		"ncclInt8",    "ncclUint8",   "ncclInt32",    "ncclUint32",
+		"ncclInt64",   "ncclUint64",  "ncclFloat16",  "ncclFloat32",
+		"ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2",
+	};
+
+	return (unsigned int)t < ncclNumTypes ? names[t] : "unknown";
+}
+
+static ncclResult_t launch_op(const struct pending_op *p)
+{
+	ncclComm_t comm = p->comm;
+	bool is_coll = p->op < OP_SEND;
+	uint64_t a0 = (uintptr_t)comm, a1 = comm->seq++, a2 = p->op,
+		 a3 = (uint64_t)(int64_t)p->peer, a4 = 0, a5 = p->count,
+		 a6 = is_coll ? comm->fseq[p->op]++ : 0;
+	void *params[7] = { &a0, &a1, &a2, &a3, &a4, &a5, &a6 };
 	dim3 grid = { 1, 1, 1 }, block = { 1, 1, 1 };
+	void *coll = NULL;
 	int err;
 
-	/* arrival is published at enqueue, like a kernel that has been handed to the GPU */
-	atomic_store(&comm->shm->arrived[comm->rank], a1 + 1);
-	bump(comm->shm);
+	/* host side of the collective: its Coll event spans the enqueue, as in NCCL */
+	if (is_coll && comm->prof_ctx && (comm->prof_mask & ncclProfileColl)) {
+		fq_nccl_descr_t d = { 0 };
+
+		d.type = ncclProfileColl;
+		d.parentObj = NULL;
+		d.rank = comm->rank;
+		d.coll.seqNumber = a6;
+		d.coll.func = op_names[p->op];
+		d.coll.count = p->count;
+		d.coll.root = p->root < 0 ? 0 : p->root;
+		d.coll.datatype = dtype_name(p->dtype);
+		d.coll.nChannels = NCHANNELS;
+		d.coll.nWarps = 16;
+		d.coll.algo = "RING";
+		d.coll.proto = "SIMPLE";
+		prof_start(comm, &coll, &d);
+		a4 = (uintptr_t)coll;
+	}
+	/* the synchronizing thread runs the kernel later: the host's enqueue is the arrival */
+	if (fqsi_inline())
+		publish_arrival(comm, a1);
 	atomic_fetch_add(&comm->pending, 1);
-	err = cudaLaunchKernel(&nccl_kernels[op], grid, block, params, 0, stream);
+	err = cudaLaunchKernel(&nccl_kernels[p->op], grid, block, params, 0, p->stream);
+	if (coll)
+		prof_stop(coll);
 	if (err) {
 		atomic_fetch_sub(&comm->pending, 1);
-		fail("rank %d: launching %s failed: cuda error %d", comm->rank, op_names[op], err);
+		fail("rank %d: launching %s failed: cuda error %d", comm->rank, op_names[p->op],
+		     err);
 		return ncclUnhandledCudaError;
+	}
+	if (blocking()) {
+		enum cond cond = p->peer >= 0 ? COND_PEER : COND_ALL;
+
+		/* a blocking implementation: the call itself waits for every rank's kernel */
+		if (comm_wait(comm, cond, a1, p->peer, 1)) {
+			fail("rank %d: %s seq %llu timed out waiting for the other ranks",
+			     comm->rank, op_names[p->op], (unsigned long long)a1);
+			return ncclRemoteError;
+		}
 	}
 	return ncclSuccess;
 }
 
-static ncclResult_t enqueue_op(enum op op, ncclComm_t comm, int peer, int root,
+static ncclResult_t enqueue_op(enum op op, ncclComm_t comm, int peer, int root, size_t count,
 			       ncclDataType_t dtype, cudaStream_t stream)
 {
+	struct pending_op p = { op, comm, peer, root, count, dtype, stream };
+
 	if (!comm) {
 		fail("%s: communicator is NULL", op_names[op]);
 		return ncclInvalidArgument;
@@ -421,18 +683,18 @@ static ncclResult_t enqueue_op(enum op op, ncclComm_t comm, int peer, int root,
 		return ncclInvalidArgument;
 	}
 	if (!group_depth)
-		return launch_op(op, comm, peer, stream);
+		return launch_op(&p);
 	/* inside ncclGroupStart/End nothing is launched until the group ends, as in NCCL */
 	if (group_n == group_cap) {
 		size_t cap = group_cap ? group_cap * 2 : 16;
-		struct pending_op *p = realloc(group_ops, cap * sizeof(*p));
+		struct pending_op *q = realloc(group_ops, cap * sizeof(*q));
 
-		if (!p)
+		if (!q)
 			return ncclSystemError;
-		group_ops = p;
+		group_ops = q;
 		group_cap = cap;
 	}
-	group_ops[group_n++] = (struct pending_op){ op, comm, peer, stream };
+	group_ops[group_n++] = p;
 	return ncclSuccess;
 }
 
@@ -500,6 +762,8 @@ FQSI_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int 
 	}
 	for (int i = 0; i < ndev && !res; i++)
 		res = comm_wait_joined(comms[i]);
+	for (int i = 0; i < ndev && !res; i++)
+		prof_init(comms[i]);
 cleanup:
 	for (int i = 0; res && i < joined; i++) {
 		comm_leave(comms[i]);
@@ -564,14 +828,24 @@ FQSI_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
 	if (res) {
 		comm_leave(*newcomm);
 		*newcomm = NULL;
+		return res;
 	}
+	prof_init(*newcomm);
 	return res;
 }
 
 FQSI_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
+	uint64_t deadline;
+
 	if (!comm)
 		return ncclInvalidArgument;
+	/* as NCCL, the communicator's queued kernels finish first (bounded: a failed peer) */
+	deadline = fqsi_now_ns() + fqsi_timeout_ns();
+	while (atomic_load(&comm->pending) && fqsi_now_ns() < deadline)
+		fqsi_sleep_until(fqsi_now_ns() + 200000);
+	if (!atomic_load(&comm->pending))
+		prof_finalize(comm);
 	comm_leave(comm);
 	return ncclSuccess;
 }
@@ -612,41 +886,41 @@ FQSI_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, siz
 				       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
 				       cudaStream_t stream)
 {
-	return enqueue_op(OP_ALLREDUCE, comm, -1, -1, datatype, stream);
+	return enqueue_op(OP_ALLREDUCE, comm, -1, -1, count, datatype, stream);
 }
 
 FQSI_EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
 				       ncclDataType_t datatype, ncclComm_t comm,
 				       cudaStream_t stream)
 {
-	return enqueue_op(OP_ALLGATHER, comm, -1, -1, datatype, stream);
+	return enqueue_op(OP_ALLGATHER, comm, -1, -1, sendcount, datatype, stream);
 }
 
 FQSI_EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
 					   ncclDataType_t datatype, ncclRedOp_t op,
 					   ncclComm_t comm, cudaStream_t stream)
 {
-	return enqueue_op(OP_REDUCESCATTER, comm, -1, -1, datatype, stream);
+	return enqueue_op(OP_REDUCESCATTER, comm, -1, -1, recvcount, datatype, stream);
 }
 
 FQSI_EXPORT ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
 				       ncclDataType_t datatype, int root, ncclComm_t comm,
 				       cudaStream_t stream)
 {
-	return enqueue_op(OP_BROADCAST, comm, -1, root, datatype, stream);
+	return enqueue_op(OP_BROADCAST, comm, -1, root, count, datatype, stream);
 }
 
 FQSI_EXPORT ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
 				   ncclComm_t comm, cudaStream_t stream)
 {
-	return enqueue_op(OP_BROADCAST, comm, -1, root, datatype, stream);
+	return enqueue_op(OP_BROADCAST, comm, -1, root, count, datatype, stream);
 }
 
 FQSI_EXPORT ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
 				    ncclDataType_t datatype, ncclRedOp_t op, int root,
 				    ncclComm_t comm, cudaStream_t stream)
 {
-	return enqueue_op(OP_REDUCE, comm, -1, root, datatype, stream);
+	return enqueue_op(OP_REDUCE, comm, -1, root, count, datatype, stream);
 }
 
 /*
@@ -659,7 +933,7 @@ FQSI_EXPORT ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataTy
 {
 	if (peer < 0)
 		return ncclInvalidArgument;
-	return enqueue_op(OP_SEND, comm, peer, -1, datatype, stream);
+	return enqueue_op(OP_SEND, comm, peer, -1, count, datatype, stream);
 }
 
 FQSI_EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
@@ -667,7 +941,7 @@ FQSI_EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t d
 {
 	if (peer < 0)
 		return ncclInvalidArgument;
-	return enqueue_op(OP_RECV, comm, peer, -1, datatype, stream);
+	return enqueue_op(OP_RECV, comm, peer, -1, count, datatype, stream);
 }
 
 FQSI_EXPORT ncclResult_t ncclGroupStart(void)
@@ -688,7 +962,7 @@ FQSI_EXPORT ncclResult_t ncclGroupEnd(void)
 		return ncclSuccess;
 	for (size_t i = 0; i < group_n; i++) {
 		struct pending_op *p = &group_ops[i];
-		ncclResult_t r = launch_op(p->op, p->comm, p->peer, p->stream);
+		ncclResult_t r = launch_op(p);
 
 		if (r && !res)
 			res = r;

@@ -7,11 +7,17 @@
 #ifndef FQ_STANDIN_H
 #define FQ_STANDIN_H
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define FQSI_EXPORT __attribute__((visibility("default")))
 
@@ -20,20 +26,29 @@
  * point at one of these. At launch the driver copies nparams 8-byte values out of the
  * kernelParams array, as the real driver copies arguments by the sizes the module declares.
  *
- * run == NULL: a timed kernel; argv[0] is its duration on the "GPU" in nanoseconds. The stream
- * keeps a GPU clock, so back-to-back kernels queue and a synchronize sleeps (off-CPU) until the
- * last one would have finished.
- * run != NULL: called when the stream reaches the item; returns 0 when done, -EAGAIN when not
- * yet and block == 0, any other -errno on failure (-ETIMEDOUT becomes a launch timeout).
+ * Every stream has a "device": a thread of its own that runs the stream's items in order, in
+ * real time, off-CPU (a GPU costs the host no CPU time).
+ * run == NULL: a timed kernel; argv[0] is its duration on the device in nanoseconds; the device
+ * sleeps until it would have finished.
+ * run != NULL: called on the device thread when the stream reaches the item, with x->start_ns
+ * the device clock at its start (CLOCK_MONOTONIC); sets x->end_ns and returns 0, or a -errno
+ * (-ETIMEDOUT becomes a launch timeout). With x->failed the stream has already failed: release
+ * what the item holds and return at once, as a faulted context drops queued work.
  */
 #define FQSI_KERNEL_MAGIC 0x6671736bu /* "fqsk" */
 #define FQSI_MAX_PARAMS 8
+
+struct fqsi_exec {
+	uint64_t start_ns;
+	uint64_t end_ns;
+	int failed;
+};
 
 struct fqsi_kernel {
 	uint32_t magic;
 	uint32_t nparams;
 	const char *name;
-	int (*run)(const uint64_t *argv, int block);
+	int (*run)(const uint64_t *argv, struct fqsi_exec *x);
 };
 
 /* Ranks one stand-in communicator can hold; the shared segment is sized for this many. */
@@ -66,6 +81,83 @@ static inline uint64_t fqsi_timeout_ns(void)
 	if (!(v > 0))
 		v = 120;
 	return (uint64_t)(v * 1e9);
+}
+
+/*
+ * FQ_STANDIN_DEVICE=inline keeps the earlier model, which fq-workload's loop shape and the
+ * tests built on its timing rely on: no device thread, the thread that synchronizes runs the
+ * stream's items itself, and a collective's arrival is published when the host enqueues it.
+ * Anything else: a device thread per stream.
+ */
+static inline int fqsi_inline(void)
+{
+	const char *s = getenv("FQ_STANDIN_DEVICE");
+
+	return s && !strcmp(s, "inline");
+}
+
+static inline void fqsi_sleep_until(uint64_t ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ull),
+			       .tv_nsec = (long)(ns % 1000000000ull) };
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+/* The process's rank as the launcher gave it (RANK), 0 without one. */
+static inline int fqsi_rank(void)
+{
+	const char *s = getenv("RANK");
+
+	return s ? atoi(s) : 0;
+}
+
+/*
+ * Each device's "globaltimer" is CLOCK_MONOTONIC plus a constant of a few hundred microseconds
+ * derived from the rank, so that GPU timestamps of two ranks never compare without calibration,
+ * as on real GPUs. Ground truth: the report's "globaltimer" row.
+ */
+static inline uint64_t fqsi_gpu_offset_ns(void)
+{
+	uint32_t h = (uint32_t)fqsi_rank() * 2654435761u;
+
+	return 150000ull + (uint64_t)((h >> 16) % 351) * 1000ull;
+}
+
+/*
+ * One ground-truth row, in fq-workload's report format, appended to FQ_STANDIN_DEVICE_LOG when
+ * it is set (fq-workload points it at the rank's part of the report). One write(2) per row on
+ * an O_APPEND descriptor: rows from the device threads and from the rank never interleave.
+ */
+static inline void fqsi_device_row(const char *op, long long seq, long long count, uint64_t dur,
+				   const char *note)
+{
+	static _Atomic int log_fd = -2;
+	int fd = atomic_load(&log_fd);
+	char buf[512];
+	int n;
+
+	if (fd == -2) {
+		const char *path = getenv("FQ_STANDIN_DEVICE_LOG");
+		int want = -2;
+
+		fd = -1;
+		if (path && *path)
+			fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		if (!atomic_compare_exchange_strong(&log_fd, &want, fd)) {
+			if (fd >= 0)
+				close(fd);
+			fd = want;
+		}
+	}
+	if (fd < 0)
+		return;
+	n = snprintf(buf, sizeof(buf), "%d\t%d\t%d\tkernel:%s\t%lld\t%lld\t%llu\t%s\n", fqsi_rank(),
+		     (int)getpid(), (int)syscall(SYS_gettid), op, seq, count,
+		     (unsigned long long)dur, note ? note : "");
+	if (n > 0 && write(fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1) < 0)
+		return; /* ground truth is best effort; the job must not fail over it */
 }
 
 #endif /* FQ_STANDIN_H */

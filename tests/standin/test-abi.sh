@@ -6,11 +6,11 @@
 cd "$STANDIN_DIR"
 
 CUDA="cuInit cuStreamCreate cuStreamSynchronize cuCtxSynchronize cuEventCreate cuEventRecord
-	cuEventSynchronize cuEventQuery cuLaunchKernel cuMemAlloc_v2 cuMemFree_v2 cuMemcpyHtoD_v2
-	cuMemcpyDtoH_v2 cuMemcpyAsync"
-CUDART="cudaStreamCreate cudaStreamSynchronize cudaDeviceSynchronize cudaEventCreate
-	cudaEventRecord cudaEventSynchronize cudaEventQuery cudaLaunchKernel cudaMemcpy
-	cudaMemcpyAsync cudaMalloc cudaFree cudaSetDevice cudaGetDeviceCount cudaGetErrorString"
+	cuEventSynchronize cuEventQuery cuStreamWaitEvent cuLaunchKernel cuMemAlloc_v2 cuMemFree_v2
+	cuMemcpyHtoD_v2 cuMemcpyDtoH_v2 cuMemcpyAsync"
+CUDART="cudaStreamCreate cudaStreamSynchronize cudaStreamWaitEvent cudaDeviceSynchronize
+	cudaEventCreate cudaEventRecord cudaEventSynchronize cudaEventQuery cudaLaunchKernel
+	cudaMemcpy cudaMemcpyAsync cudaMalloc cudaFree cudaSetDevice cudaGetDeviceCount cudaGetErrorString"
 NCCL="ncclGetVersion ncclGetUniqueId ncclCommInitRank ncclCommInitRankConfig ncclCommInitAll
 	ncclCommSplit ncclCommDestroy ncclCommAbort ncclCommCount ncclCommUserRank ncclCommCuDevice
 	ncclAllReduce ncclAllGather ncclReduceScatter ncclBroadcast ncclBcast ncclReduce ncclSend

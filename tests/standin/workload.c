@@ -3,10 +3,12 @@
  * fq-workload: an N-rank "training job" over the stand-in CUDA and NCCL libraries, for CI.
  *
  * The parent makes the NCCL unique id, then fork+execs one process per rank with the rank's
- * identity in its environment (as torchrun does), optionally inside per-"node" cgroups. Each
- * rank spins on the CPU for its step's work, enqueues collectives and waits in
- * cudaStreamSynchronize, so the planted straggler shows exactly as DESIGN.md §2 describes.
- * --report writes what every rank really called, to compare a trace against.
+ * identity in its environment (as torchrun does), optionally inside per-"node" cgroups. In the
+ * default shape ("loop") each rank spins on the CPU for its step's work, enqueues collectives
+ * and waits in cudaStreamSynchronize, so the planted straggler shows exactly as DESIGN.md §2
+ * describes. --shape ddp, fsdp and pipeline issue their collectives the way those training
+ * jobs do (see README.md). --report writes what every rank really called and what its device
+ * really ran, to compare a trace against.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -60,6 +62,7 @@ ncclResult_t ncclSend(const void *s, size_t n, int dt, int peer, ncclComm_t c, c
 ncclResult_t ncclRecv(void *r, size_t n, int dt, int peer, ncclComm_t c, cudaStream_t st);
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *cfg);
 const char *ncclGetErrorString(ncclResult_t r);
 int cudaSetDevice(int dev);
 int cudaGetDeviceCount(int *n);
@@ -69,6 +72,7 @@ int cudaStreamSynchronize(cudaStream_t s);
 int cudaEventCreate(cudaEvent_t *e);
 int cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 int cudaEventQuery(cudaEvent_t e);
+int cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags);
 int cudaLaunchKernel(const void *f, dim3 g, dim3 b, void **args, size_t shmem, cudaStream_t s);
 int cudaMalloc(void **p, size_t n);
 int cudaFree(void *p);
@@ -76,10 +80,19 @@ const char *cudaGetErrorString(int e);
 
 #define COUNT (1u << 20) /* floats per collective */
 
+enum shape { SHAPE_LOOP, SHAPE_DDP, SHAPE_FSDP, SHAPE_PIPELINE };
+enum slow_kind { SLOW_BUSY, SLOW_STALL, SLOW_GPU };
+
 struct opts {
 	int ranks, steps;
 	long step_us, kernel_us, watchdog_us;
 	int slow_rank, slow_pct, slow_from;
+	enum slow_kind slow_kind;
+	enum shape shape;
+	int buckets, layers, stages, micro, sync_every;
+	long launch_queue, xfer_us, data_us;
+	bool blocking;
+	const char *device;
 	int hang_rank;
 	long hang_at;
 	const char *cgroup_parent;
@@ -102,6 +115,7 @@ struct rank_stat {
 
 /* the stand-in driver copies one 8-byte parameter: the kernel's duration in ns */
 static const struct fqsi_kernel fwd_kernel = { FQSI_KERNEL_MAGIC, 1, "fq_forward", NULL };
+static const struct fqsi_kernel bwd_kernel = { FQSI_KERNEL_MAGIC, 1, "fq_backward", NULL };
 
 static void usage(FILE *f)
 {
@@ -109,7 +123,11 @@ static void usage(FILE *f)
 		"usage: fq-workload --ranks N --steps S [--step-us U] [--kernel-us K]\n"
 		"         [--slow-rank R --slow-pct P [--slow-from STEP]] [--hang-rank R --hang-at SEQ]\n"
 		"         [--cgroup-parent DIR --cgroups K] [--job-id ID]\n"
-		"         [--ops allreduce|mixed|grouped] [--watchdog-us US] [--report FILE]\n");
+		"         [--ops allreduce|mixed|grouped] [--watchdog-us US] [--report FILE]\n"
+		"         [--shape loop|ddp|fsdp|pipeline] [--buckets B] [--layers L]\n"
+		"         [--stages P] [--micro M] [--sync-every K] [--blocking]\n"
+		"         [--slow-kind busy|stall|gpu] [--launch-queue N] [--xfer-us US]\n"
+		"         [--device thread|inline] [--data-us US]\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -136,13 +154,21 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "cgroups", 1, NULL, 'C' },	  { "job-id", 1, NULL, 'j' },
 		{ "ops", 1, NULL, 'o' },	  { "report", 1, NULL, 'R' },
 		{ "watchdog-us", 1, NULL, 'w' },  { "rank-worker", 0, NULL, 'W' },
-		{ "help", 0, NULL, 'h' },	  { 0 },
+		{ "help", 0, NULL, 'h' },	  { "shape", 1, NULL, 'S' },
+		{ "buckets", 1, NULL, 'b' },	  { "layers", 1, NULL, 'l' },
+		{ "stages", 1, NULL, 'P' },	  { "micro", 1, NULL, 'm' },
+		{ "sync-every", 1, NULL, 'e' },	  { "blocking", 0, NULL, 'B' },
+		{ "slow-kind", 1, NULL, 'K' },	  { "launch-queue", 1, NULL, 'q' },
+		{ "xfer-us", 1, NULL, 'x' },	  { "device", 1, NULL, 'D' },
+		{ "data-us", 1, NULL, 'L' },	  { 0 },
 	};
 	int c;
 	long v;
 
 	*o = (struct opts){ .ranks = 0, .steps = -1, .step_us = 2000, .kernel_us = 100,
-			    .slow_rank = -1, .hang_rank = -1, .hang_at = -1 };
+			    .slow_rank = -1, .hang_rank = -1, .hang_at = -1, .buckets = 8,
+			    .layers = 8, .stages = 2, .micro = 4, .sync_every = 1,
+			    .launch_queue = -1, .xfer_us = -1 };
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		const char *name = lo[0].name;
@@ -212,6 +238,65 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'W':
 			o->worker = true;
 			break;
+		case 'S':
+			if (!strcmp(optarg, "loop"))
+				o->shape = SHAPE_LOOP;
+			else if (!strcmp(optarg, "ddp"))
+				o->shape = SHAPE_DDP;
+			else if (!strcmp(optarg, "fsdp"))
+				o->shape = SHAPE_FSDP;
+			else if (!strcmp(optarg, "pipeline"))
+				o->shape = SHAPE_PIPELINE;
+			else
+				err = -EINVAL;
+			break;
+		case 'b':
+			err = parse_long(optarg, 1, 1024, &v);
+			o->buckets = (int)v;
+			break;
+		case 'l':
+			err = parse_long(optarg, 1, 1024, &v);
+			o->layers = (int)v;
+			break;
+		case 'P':
+			err = parse_long(optarg, 2, FQSI_MAX_RANKS, &v);
+			o->stages = (int)v;
+			break;
+		case 'm':
+			err = parse_long(optarg, 1, 1024, &v);
+			o->micro = (int)v;
+			break;
+		case 'e':
+			err = parse_long(optarg, 0, INT_MAX, &v);
+			o->sync_every = (int)v;
+			break;
+		case 'B':
+			o->blocking = true;
+			break;
+		case 'K':
+			if (!strcmp(optarg, "busy"))
+				o->slow_kind = SLOW_BUSY;
+			else if (!strcmp(optarg, "stall"))
+				o->slow_kind = SLOW_STALL;
+			else if (!strcmp(optarg, "gpu"))
+				o->slow_kind = SLOW_GPU;
+			else
+				err = -EINVAL;
+			break;
+		case 'q':
+			err = parse_long(optarg, 1, 1000000, &o->launch_queue);
+			break;
+		case 'x':
+			err = parse_long(optarg, 0, 60000000, &o->xfer_us);
+			break;
+		case 'L':
+			err = parse_long(optarg, 0, 60000000, &o->data_us);
+			break;
+		case 'D':
+			if (strcmp(optarg, "thread") && strcmp(optarg, "inline"))
+				err = -EINVAL;
+			o->device = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -237,6 +322,23 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "fq-workload: --hang-rank and --hang-at go together\n");
 		return -EINVAL;
 	}
+	if (o->shape == SHAPE_PIPELINE && o->ranks % o->stages) {
+		fprintf(stderr, "fq-workload: --ranks %d is not a multiple of --stages %d\n",
+			o->ranks, o->stages);
+		return -EINVAL;
+	}
+	if (o->shape != SHAPE_LOOP && o->device && !strcmp(o->device, "inline")) {
+		fprintf(stderr, "fq-workload: --device inline applies to --shape loop only\n");
+		return -EINVAL;
+	}
+	if (o->shape == SHAPE_LOOP && o->data_us) {
+		fprintf(stderr, "fq-workload: --data-us applies to the shapes other than loop\n");
+		return -EINVAL;
+	}
+	if (o->shape != SHAPE_LOOP && (o->mixed || o->grouped)) {
+		fprintf(stderr, "fq-workload: --ops applies to --shape loop only\n");
+		return -EINVAL;
+	}
 	if (!!o->cgroup_parent != !!o->cgroups) {
 		fprintf(stderr, "fq-workload: --cgroup-parent and --cgroups go together\n");
 		return -EINVAL;
@@ -249,7 +351,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 struct worker {
 	const struct opts *o;
 	int rank, nranks;
-	pid_t pid, tid;
+	pid_t pid;
 	long seq; /* operations issued on the communicator, as the library numbers them */
 	FILE *report;
 	struct rank_stat *stat;
@@ -262,8 +364,10 @@ static void row(struct worker *w, const char *op, long seq, long count, uint64_t
 {
 	if (!w->report)
 		return;
-	fprintf(w->report, "%d\t%d\t%d\t%s\t%ld\t%ld\t%llu\t%s\n", w->rank, w->pid, w->tid, op,
-		seq, count, (unsigned long long)dur_ns, note ? note : "");
+	/* the calling thread: DDP's collectives come from its backward thread */
+	fprintf(w->report, "%d\t%d\t%d\t%s\t%ld\t%ld\t%llu\t%s\n", w->rank, w->pid,
+		(int)syscall(SYS_gettid), op, seq, count, (unsigned long long)dur_ns,
+		note ? note : "");
 }
 
 /* Called before every NCCL operation: the planted hang stops issuing at --hang-at. */
@@ -280,22 +384,43 @@ static void before_op(struct worker *w, const char *op)
 		pause();
 }
 
-static int after_op(struct worker *w, const char *op, long count, ncclResult_t r)
+/* A communicator other than the world one, with its own operation numbers in the report. */
+struct wcomm {
+	ncclComm_t c;
+	long seq;
+	char tag[32]; /* the report's note for its rows */
+};
+
+static int after_op(struct worker *w, struct wcomm *wc, const char *op, long count,
+		    ncclResult_t r, uint64_t dur)
 {
+	long *seq = wc ? &wc->seq : &w->seq;
+
 	if (r) {
-		fprintf(stderr, "fq-workload: rank %d: %s seq %ld failed: %s\n", w->rank, op,
-			w->seq, ncclGetErrorString(r));
+		fprintf(stderr, "fq-workload: rank %d: %s seq %ld failed: %s\n", w->rank, op, *seq,
+			ncclGetErrorString(r));
 		return -EIO;
 	}
-	row(w, op, w->seq++, count, 0, NULL);
+	row(w, op, (*seq)++, count, dur, wc ? wc->tag : NULL);
 	atomic_fetch_add(&w->stat->issued, 1);
 	return 0;
 }
 
-#define OP(w, name, count, call)                                     \
-	({                                                           \
-		before_op(w, name);                                  \
-		after_op(w, name, (long)(count), call);              \
+/* dur_ns of a collective's row: the call itself (with --blocking, the wait is in it) */
+#define OP(w, name, count, call)                                                      \
+	({                                                                            \
+		uint64_t t0_;                                                         \
+		ncclResult_t r_;                                                      \
+		before_op(w, name);                                                   \
+		t0_ = fqsi_now_ns();                                                  \
+		r_ = (call);                                                          \
+		after_op(w, NULL, name, (long)(count), r_, fqsi_now_ns() - t0_);      \
+	})
+#define OPC(w, wc, name, count, call)                                                 \
+	({                                                                            \
+		uint64_t t0_ = fqsi_now_ns();                                         \
+		ncclResult_t r_ = (call);                                             \
+		after_op(w, wc, name, (long)(count), r_, fqsi_now_ns() - t0_);        \
 	})
 
 /*
@@ -359,6 +484,395 @@ static void *watchdog(void *arg)
 	return NULL;
 }
 
+/* ---------------------------------------------------------------- job shapes */
+
+static void sleep_us(long us)
+{
+	fqsi_sleep_until(fqsi_now_ns() + (uint64_t)us * 1000);
+}
+
+/* A step's nominal length: its host side (CPU work, data wait) or its device work. */
+static long nominal_us(const struct opts *o)
+{
+	long host = o->step_us + o->data_us;
+
+	return host > o->kernel_us ? host : o->kernel_us;
+}
+
+static bool slowed(const struct worker *w, int step)
+{
+	return w->rank == w->o->slow_rank && step >= w->o->slow_from && w->o->slow_pct > 0;
+}
+
+/*
+ * The start of the main thread's step: the wait for its batch (--data-us), then the planted
+ * fault: stall sleeps P% of a step (off-CPU), busy spins P% of a step more; gpu leaves the CPU
+ * alone and returns the percentage the step's compute kernels take of their normal device time.
+ */
+static int plant(struct worker *w, int step)
+{
+	long extra = nominal_us(w->o) * w->o->slow_pct / 100;
+
+	/* --data-us: waiting for the next batch (data loader, I/O), off-CPU */
+	if (w->o->data_us > 0)
+		sleep_us(w->o->data_us);
+	if (!slowed(w, step))
+		return 100;
+	switch (w->o->slow_kind) {
+	case SLOW_STALL:
+		sleep_us(extra);
+		break;
+	case SLOW_BUSY:
+		spin_us(extra);
+		break;
+	case SLOW_GPU:
+		return 100 + w->o->slow_pct;
+	}
+	return 100;
+}
+
+/* A timed compute kernel: the device is busy for ns, the host not at all. */
+static int launch(struct worker *w, const struct fqsi_kernel *k, uint64_t ns, cudaStream_t st)
+{
+	void *args[1] = { &ns };
+	dim3 one = { 1, 1, 1 };
+	int r = cudaLaunchKernel(k, one, one, args, 0, st);
+
+	if (r)
+		fprintf(stderr, "fq-workload: rank %d: cudaLaunchKernel failed: %s\n", w->rank,
+			cudaGetErrorString(r));
+	return r ? -EIO : 0;
+}
+
+static int wait_event(struct worker *w, cudaStream_t st, cudaEvent_t ev, cudaStream_t from)
+{
+	int r = cudaEventRecord(ev, from);
+
+	if (!r)
+		r = cudaStreamWaitEvent(st, ev, 0);
+	if (r)
+		fprintf(stderr, "fq-workload: rank %d: event record/wait failed: %s\n", w->rank,
+			cudaGetErrorString(r));
+	return r ? -EIO : 0;
+}
+
+static int sync_step(struct worker *w, cudaStream_t st, int step)
+{
+	uint64_t t0 = fqsi_now_ns(), dt;
+	int r = cudaStreamSynchronize(st);
+
+	dt = fqsi_now_ns() - t0;
+	if (r) {
+		fprintf(stderr,
+			"fq-workload: rank %d: cudaStreamSynchronize failed at step %d "
+			"(after collective seq %ld): %s\n",
+			w->rank, step, w->seq - 1, cudaGetErrorString(r));
+		return -EIO;
+	}
+	row(w, "cudaStreamSynchronize", step, 0, dt, NULL);
+	atomic_fetch_add(&w->stat->syncs, 1);
+	atomic_fetch_add(&w->stat->sync_wait_ns, dt);
+	return 0;
+}
+
+/* --sync-every K: like loss.item() every K steps; the last step always ends with one */
+static int maybe_sync(struct worker *w, cudaStream_t st, int step)
+{
+	const struct opts *o = w->o;
+
+	if ((o->sync_every > 0 && (step + 1) % o->sync_every == 0) || step == o->steps - 1)
+		return sync_step(w, st, step);
+	return 0;
+}
+
+static void step_row(struct worker *w, int step, long ncoll, uint64_t t0)
+{
+	row(w, "step", step, ncoll, fqsi_now_ns() - t0, slowed(w, step) ? "slow" : NULL);
+}
+
+/* DDP: the backward pass on a thread of its own, as PyTorch's autograd engine runs it. */
+struct ddp {
+	struct worker *w;
+	ncclComm_t comm;
+	cudaStream_t st;
+	void *sb, *rb;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int go_step, done_step, gpu_pct, err;
+	bool quit;
+};
+
+static void *ddp_backward(void *arg)
+{
+	struct ddp *d = arg;
+	struct worker *w = d->w;
+	const struct opts *o = w->o;
+	int next = 0;
+
+	for (;;) {
+		uint64_t ns;
+		int step, err = 0;
+
+		pthread_mutex_lock(&d->lock);
+		while (d->go_step < next && !d->quit)
+			pthread_cond_wait(&d->cond, &d->lock);
+		step = d->go_step;
+		ns = (uint64_t)o->kernel_us * 1000 * 2 / 3 / (uint64_t)o->buckets *
+		     (uint64_t)d->gpu_pct / 100;
+		pthread_mutex_unlock(&d->lock);
+		if (step < next)
+			break;
+		/* buckets become ready from the last layer back; each is reduced at once */
+		for (int b = o->buckets - 1; b >= 0 && !err; b--) {
+			spin_us(o->step_us / 2 / o->buckets);
+			err = launch(w, &bwd_kernel, ns, d->st);
+			if (!err && OP(w, "ncclAllReduce", COUNT,
+				       ncclAllReduce(d->sb, d->rb, COUNT, ncclFloat32, ncclSum,
+						     d->comm, d->st)))
+				err = -EIO;
+		}
+		pthread_mutex_lock(&d->lock);
+		d->done_step = step;
+		d->err = err;
+		pthread_cond_broadcast(&d->cond);
+		pthread_mutex_unlock(&d->lock);
+		next = step + 1;
+	}
+	return NULL;
+}
+
+static int run_ddp(struct worker *w, ncclComm_t comm, cudaStream_t st, void *sb, void *rb)
+{
+	const struct opts *o = w->o;
+	struct ddp d = { .w = w, .comm = comm, .st = st, .sb = sb, .rb = rb, .go_step = -1,
+			 .done_step = -1 };
+	pthread_t bt;
+	int err = 0;
+
+	pthread_mutex_init(&d.lock, NULL);
+	pthread_cond_init(&d.cond, NULL);
+	if (pthread_create(&bt, NULL, ddp_backward, &d)) {
+		fprintf(stderr, "fq-workload: rank %d: cannot start the backward thread\n",
+			w->rank);
+		return -EAGAIN;
+	}
+	for (int step = 0; step < o->steps && !err; step++) {
+		uint64_t t0 = fqsi_now_ns(), ns;
+		int pct = plant(w, step);
+
+		ns = (uint64_t)o->kernel_us * 1000 / 3 / (uint64_t)o->buckets * (uint64_t)pct / 100;
+		for (int b = 0; b < o->buckets && !err; b++) {
+			spin_us(o->step_us / 2 / o->buckets);
+			err = launch(w, &fwd_kernel, ns, st);
+		}
+		if (err)
+			break;
+		/* loss.backward(): the main thread waits, off-CPU, while autograd launches */
+		pthread_mutex_lock(&d.lock);
+		d.go_step = step;
+		d.gpu_pct = pct;
+		pthread_cond_broadcast(&d.cond);
+		while (d.done_step < step)
+			pthread_cond_wait(&d.cond, &d.lock);
+		err = d.err;
+		pthread_mutex_unlock(&d.lock);
+		if (!err)
+			err = maybe_sync(w, st, step);
+		step_row(w, step, o->buckets, t0);
+	}
+	pthread_mutex_lock(&d.lock);
+	d.quit = true;
+	pthread_cond_broadcast(&d.cond);
+	pthread_mutex_unlock(&d.lock);
+	pthread_join(bt, NULL);
+	return err;
+}
+
+/*
+ * FSDP: per layer an all-gather of its parameters, prefetched one layer ahead on a second
+ * stream that the compute stream waits on through an event; in backward an all-gather again
+ * and a reduce-scatter of the layer's gradients once its kernel is done. All of one
+ * communicator's work is on the second stream, as ProcessGroupNCCL keeps it.
+ */
+static int run_fsdp(struct worker *w, ncclComm_t comm, cudaStream_t st, void *sb, void *rb)
+{
+	const struct opts *o = w->o;
+	int L = o->layers, err = 0, r;
+	long n = COUNT / w->nranks;
+	cudaStream_t cs = NULL;
+	cudaEvent_t *ev = calloc((size_t)L + 1, sizeof(*ev));
+
+	if (!ev)
+		return -ENOMEM;
+	r = cudaStreamCreate(&cs);
+	for (int l = 0; !r && l <= L; l++)
+		r = cudaEventCreate(&ev[l]);
+	if (r) {
+		fprintf(stderr, "fq-workload: rank %d: cuda setup failed: %s\n", w->rank,
+			cudaGetErrorString(r));
+		err = -EIO;
+	}
+#define AG(l)                                                                              \
+	(OP(w, "ncclAllGather", n, ncclAllGather(sb, rb, (size_t)n, ncclFloat32, comm, cs)) || \
+	 cudaEventRecord(ev[l], cs))
+	for (int step = 0; step < o->steps && !err; step++) {
+		uint64_t t0 = fqsi_now_ns(), fns, bns;
+		int pct = plant(w, step);
+
+		fns = (uint64_t)o->kernel_us * 1000 / 3 / (uint64_t)L * (uint64_t)pct / 100;
+		bns = 2 * fns;
+		err = AG(0) ? -EIO : 0;
+		for (int l = 0; l < L && !err; l++) {
+			if (l + 1 < L && AG(l + 1))
+				err = -EIO;
+			else if (cudaStreamWaitEvent(st, ev[l], 0))
+				err = -EIO;
+			spin_us(o->step_us / 2 / L);
+			if (!err)
+				err = launch(w, &fwd_kernel, fns, st);
+		}
+		if (!err && AG(L - 1))
+			err = -EIO;
+		for (int l = L - 1; l >= 0 && !err; l--) {
+			if (l > 0 && AG(l - 1))
+				err = -EIO;
+			else if (cudaStreamWaitEvent(st, ev[l], 0))
+				err = -EIO;
+			spin_us(o->step_us / 2 / L);
+			if (!err)
+				err = launch(w, &bwd_kernel, bns, st);
+			if (!err)
+				err = wait_event(w, cs, ev[L], st);
+			if (!err && OP(w, "ncclReduceScatter", n,
+				       ncclReduceScatter(sb, rb, (size_t)n, ncclFloat32, ncclSum,
+							 comm, cs)))
+				err = -EIO;
+		}
+		/* the optimizer step runs after the last gradient shard arrived */
+		if (!err)
+			err = wait_event(w, st, ev[L], cs);
+		if (!err)
+			err = maybe_sync(w, st, step);
+		step_row(w, step, 3L * L, t0);
+	}
+#undef AG
+	if (cs)
+		cudaStreamDestroy(cs);
+	free(ev);
+	return err;
+}
+
+/*
+ * Pipeline: --stages stages of ranks/stages data-parallel ranks each (rank = stage * dp + d).
+ * Per micro-batch, activations go forward and gradients back between neighbouring stages by
+ * ncclSend/ncclRecv in a group, on a 2-rank communicator per neighbouring pair (PyTorch makes
+ * one for p2p); per step an all-reduce among the ranks of a stage.
+ */
+static int p2p(struct worker *w, struct wcomm *wc, int peer, bool send, void *buf,
+	       cudaStream_t st)
+{
+	ncclResult_t r = ncclGroupStart();
+
+	if (r)
+		return -EIO;
+	if (send)
+		r = OPC(w, wc, "ncclSend", COUNT,
+			ncclSend(buf, COUNT, ncclFloat32, peer, wc->c, st));
+	else
+		r = OPC(w, wc, "ncclRecv", COUNT,
+			ncclRecv(buf, COUNT, ncclFloat32, peer, wc->c, st));
+	if (r)
+		return -EIO;
+	return ncclGroupEnd() ? -EIO : 0;
+}
+
+static int run_pipeline(struct worker *w, ncclComm_t world, cudaStream_t st, void *sb, void *rb)
+{
+	const struct opts *o = w->o;
+	int P = o->stages, dp = w->nranks / P, stage = w->rank / dp, d = w->rank % dp, err = 0;
+	/* boundary b joins stages b and b + 1; even boundaries come from one split, odd another */
+	struct wcomm pair[2] = { { 0 } }, dpc = { 0 };
+	struct wcomm *prev = NULL, *next = NULL;
+
+	for (int parity = 0; parity < 2 && !err; parity++) {
+		int b = (stage % 2 == parity) ? stage : stage - 1;
+		int color = (b >= 0 && b + 1 < P) ? b * dp + d : -1;
+
+		if (ncclCommSplit(world, color, stage, &pair[parity].c, NULL)) {
+			err = -EIO;
+			break;
+		}
+		snprintf(pair[parity].tag, sizeof(pair[parity].tag), "pp%d", b);
+		if (color >= 0 && b == stage)
+			next = &pair[parity];
+		else if (color >= 0)
+			prev = &pair[parity];
+	}
+	if (!err && ncclCommSplit(world, stage, d, &dpc.c, NULL))
+		err = -EIO;
+	snprintf(dpc.tag, sizeof(dpc.tag), "dp%d", stage);
+	if (err)
+		fprintf(stderr, "fq-workload: rank %d: ncclCommSplit failed\n", w->rank);
+	for (int step = 0; step < o->steps && !err; step++) {
+		uint64_t t0 = fqsi_now_ns(), fns;
+		int pct = plant(w, step), M = o->micro;
+		long ncoll = 0;
+
+		fns = (uint64_t)o->kernel_us * 1000 / 3 / (uint64_t)M * (uint64_t)pct / 100;
+		/* all forwards, then all backwards (GPipe): no cycle between neighbours */
+		for (int m = 0; m < M && !err; m++) {
+			if (prev && (err = p2p(w, prev, 0, false, rb, st)))
+				break;
+			spin_us(o->step_us / 2 / M);
+			if ((err = launch(w, &fwd_kernel, fns, st)))
+				break;
+			if (next)
+				err = p2p(w, next, 1, true, sb, st);
+			ncoll += !!prev + !!next;
+		}
+		for (int m = 0; m < M && !err; m++) {
+			if (next && (err = p2p(w, next, 1, false, rb, st)))
+				break;
+			spin_us(o->step_us / 2 / M);
+			if ((err = launch(w, &bwd_kernel, 2 * fns, st)))
+				break;
+			if (prev)
+				err = p2p(w, prev, 0, true, sb, st);
+			ncoll += !!prev + !!next;
+		}
+		if (!err && dp > 1 &&
+		    OPC(w, &dpc, "ncclAllReduce", COUNT,
+			ncclAllReduce(sb, rb, COUNT, ncclFloat32, ncclSum, dpc.c, st)))
+			err = -EIO;
+		ncoll += dp > 1;
+		if (!err)
+			err = maybe_sync(w, st, step);
+		step_row(w, step, ncoll, t0);
+	}
+	/* the last step synchronized: nothing queued still points at these communicators */
+	for (int i = 0; i < 2; i++)
+		if (pair[i].c)
+			ncclCommDestroy(pair[i].c);
+	if (dpc.c)
+		ncclCommDestroy(dpc.c);
+	return err;
+}
+
+static int run_shape(struct worker *w, ncclComm_t comm, cudaStream_t st, void *sb, void *rb)
+{
+	switch (w->o->shape) {
+	case SHAPE_DDP:
+		return run_ddp(w, comm, st, sb, rb);
+	case SHAPE_FSDP:
+		return run_fsdp(w, comm, st, sb, rb);
+	case SHAPE_PIPELINE:
+		return run_pipeline(w, comm, st, sb, rb);
+	case SHAPE_LOOP:
+		break;
+	}
+	return -EINVAL;
+}
+
 static int env_int(const char *name, int *out)
 {
 	const char *s = getenv(name);
@@ -403,9 +917,31 @@ static void own_cgroup(char *buf, size_t len)
 		fclose(f);
 }
 
+/* The stand-in libraries read their knobs from the environment, as CUDA and NCCL do. */
+static void set_lib_env(const struct opts *o)
+{
+	char buf[32];
+
+	if (o->launch_queue > 0) {
+		snprintf(buf, sizeof(buf), "%ld", o->launch_queue);
+		setenv("FQ_STANDIN_LAUNCH_QUEUE", buf, 1);
+	}
+	if (o->xfer_us >= 0) {
+		snprintf(buf, sizeof(buf), "%ld", o->xfer_us);
+		setenv("FQ_STANDIN_XFER_US", buf, 1);
+	}
+	if (o->blocking)
+		setenv("FQ_STANDIN_BLOCKING", "1", 1);
+	/* the loop keeps the timing its tests were tuned on; the other shapes need devices */
+	if (o->device)
+		setenv("FQ_STANDIN_DEVICE", o->device, 1);
+	else
+		setenv("FQ_STANDIN_DEVICE", o->shape == SHAPE_LOOP ? "inline" : "thread", 0);
+}
+
 static int run_rank(const struct opts *o)
 {
-	struct worker w = { .o = o, .pid = getpid(), .tid = (pid_t)syscall(SYS_gettid) };
+	struct worker w = { .o = o, .pid = getpid() };
 	ncclComm_t comm = NULL;
 	cudaStream_t stream = NULL;
 	ncclUniqueId id;
@@ -435,16 +971,26 @@ static int run_rank(const struct opts *o)
 	w.stat += w.rank;
 	atomic_store(&w.stat->pid, w.pid);
 	path = getenv("FQ_WORKLOAD_REPORT");
-	if (path && !(w.report = fopen(path, "w"))) {
+	/* O_APPEND: the stand-in devices append their kernels' rows to the same file */
+	fd = path ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644) : -1;
+	if (path && (fd < 0 || !(w.report = fdopen(fd, "a")))) {
 		fprintf(stderr, "fq-workload: rank %d: cannot write '%s': %s\n", w.rank, path,
 			strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		goto cleanup;
 	}
+	if (path)
+		setenv("FQ_STANDIN_DEVICE_LOG", path, 1);
+	else
+		unsetenv("FQ_STANDIN_DEVICE_LOG");
+	set_lib_env(o);
 	/* a row per call, on disk at once: a rank killed mid-wait still has exact ground truth */
 	if (w.report)
 		setvbuf(w.report, NULL, _IOLBF, 0);
 	own_cgroup(cg, sizeof(cg));
 	row(&w, "cgroup", -1, 0, 0, cg);
+	row(&w, "globaltimer", -1, 0, fqsi_gpu_offset_ns(), NULL);
 
 	cudaGetDeviceCount(&ndev);
 	if ((r = cudaSetDevice(local_rank % ndev)) || (r = cudaStreamCreate(&stream)) ||
@@ -462,17 +1008,20 @@ static int run_rank(const struct opts *o)
 	row(&w, "ncclCommInitRank", -1, w.nranks, 0, getenv("FQ_NCCL_UNIQUE_ID"));
 	if (o->watchdog_us > 0 && !pthread_create(&wd, NULL, watchdog, &w))
 		wd_started = true;
+	if (o->shape != SHAPE_LOOP) {
+		ret = run_shape(&w, comm, stream, sendbuf, recvbuf) ? 1 : 0;
+		goto cleanup;
+	}
 
 	for (int step = 0; step < o->steps; step++) {
 		long work = o->step_us;
 		int next = (w.rank + 1) % w.nranks, prev = (w.rank + w.nranks - 1) % w.nranks;
 		uint64_t t0, dt;
+		int pct = plant(&w, step);
 
-		if (w.rank == o->slow_rank && step >= o->slow_from)
-			work += work * o->slow_pct / 100;
 		spin_us(work);
 		if (o->kernel_us > 0) {
-			uint64_t ns = (uint64_t)o->kernel_us * 1000;
+			uint64_t ns = (uint64_t)o->kernel_us * 1000 * (uint64_t)pct / 100;
 			void *args[1] = { &ns };
 			dim3 one = { 1, 1, 1 };
 
