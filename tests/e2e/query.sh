@@ -8,7 +8,7 @@
 certs ca 127.0.0.1 localhost
 for k in 1 2 3 4; do
 	"$TRACEGEN" --out "$T/n$k.db" --node "n$k" --ranks 2 --rank-base $((2 * k - 2)) \
-		--nranks 8 --steps 40 --slow-rank 5 --slow-pct 30 >"$T/gen$k.log" 2>&1 ||
+		--nranks 8 --steps 40 --start-ns 1700000000000000000 --slow-rank 5 --slow-pct 30 >"$T/gen$k.log" 2>&1 ||
 		fail "fq-tracegen n$k"
 done
 start_agent n1 "$T/n1.db" ca; P1=$PORT
