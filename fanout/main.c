@@ -41,7 +41,8 @@ static const char usage_text[] =
 	"a table 'results' (first column: node) and prints them, or the result of\n"
 	"--merge over them. A coverage summary on stderr says which nodes answered.\n"
 	"SQL \"-\" reads the query from standard input. Options may also follow the\n"
-	"subcommand (fleetq stragglers -w gpu[01-04] --since 5m).\n"
+	"subcommand (fleetq stragglers -w 'gpu[01-04]' --since 5m). Quote hostlists:\n"
+	"the shell would expand gpu[01-04] to a file named gpu1 if there is one.\n"
 	"\n"
 	"subcommands:\n"
 	"  stragglers               rank the ranks that slow their communicators, and hung ones\n"
@@ -52,7 +53,8 @@ static const char usage_text[] =
 	"\n"
 	"hosts:\n"
 	"  --hosts FILE             one host[:port] or hostlist expression per line, # comments\n"
-	"  -w HOSTLIST              e.g. gpu[01-16,20], r[1-2]n[01-02], a,b[1-3], [::1]:7077\n"
+	"  -w HOSTLIST              e.g. 'gpu[01-16,20]', 'r[1-2]n[01-02]', 'a,b[1-3]',\n"
+	"                           '[::1]:7077'\n"
 	"                           (neither: $SLURM_JOB_NODELIST)\n"
 	"  --port N                 agent port when a host names none (default 7077)\n"
 	"\n"
@@ -1152,7 +1154,7 @@ int main(int argc, char **argv)
 	}
 	if (cmd == CMD_QUERY) {
 		if (!npos) {
-			ret = usage_error("no query: pass the SQL to run, e.g. fleetq -w gpu[01-04] "
+			ret = usage_error("no query: pass the SQL to run, e.g. fleetq -w 'gpu[01-04]' "
 					  "\"SELECT count(*) FROM collectives\"");
 			goto out;
 		}
