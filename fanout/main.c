@@ -25,6 +25,7 @@
 #include "hostlist.h"
 #include "merge.h"
 #include "output.h"
+#include "params.h"
 #include "strbuf.h"
 
 #ifndef FLEETQ_VERSION
@@ -80,6 +81,9 @@ static const char usage_text[] =
 	"results:\n"
 	"  --merge SQL              run SQL over the merged table 'results' and print that\n"
 	"                           (table 'clock': node, offset_ns, rtt_ns, samples)\n"
+	"  --param NAME=VALUE       a value for the query's (and --merge's) parameter :NAME,\n"
+	"                           bound, never spliced into the SQL; numbers go as numbers,\n"
+	"                           'quoted' or other values as text (repeatable)\n"
 	"  --format FMT             table, csv, tsv, json, ndjson; junit (gate only)\n"
 	"                           (default: table on a terminal, else tsv; subcommands:\n"
 	"                           a report, unless --format is given)\n"
@@ -183,6 +187,7 @@ enum {
 	OPT_MAD_K,
 	OPT_TREE_WIDTH,
 	OPT_NO_SESSION_CACHE,
+	OPT_PARAM,
 };
 
 static const struct option long_opts[] = {
@@ -221,6 +226,7 @@ static const struct option long_opts[] = {
 	{ "samples", required_argument, NULL, OPT_SAMPLES },
 	{ "tolerance", required_argument, NULL, OPT_TOLERANCE },
 	{ "mad-k", required_argument, NULL, OPT_MAD_K },
+	{ "param", required_argument, NULL, OPT_PARAM },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -240,6 +246,7 @@ static unsigned opt_cmds(int c)
 {
 	switch (c) {
 	case OPT_MERGE:
+	case OPT_PARAM:
 		return 1u << CMD_QUERY;
 	case OPT_SINCE:
 	case OPT_JOB:
@@ -277,6 +284,9 @@ struct query_opts {
 	const char **host_files, **host_exprs;
 	size_t nfiles, nexprs;
 	const char *merge;
+	const char **params; /* --param NAME=VALUE */
+	size_t nparams;
+	struct qparam *qp;
 	double min_coverage;
 	long long max_rows;
 	int insecure, quiet;
@@ -414,6 +424,10 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			break;
 		case OPT_MERGE:
 			q->merge = optarg;
+			break;
+		case OPT_PARAM:
+			if (push(&q->params, &q->nparams, optarg))
+				return usage_error("out of memory");
 			break;
 		case OPT_MIN_COVERAGE:
 			errno = 0;
@@ -642,12 +656,13 @@ static void column_value(sqlite3_stmt *st, int i, struct wire_value *v)
  * read, print no rows). what names it in errors. Returns 0 or an exit status.
  */
 static int print_results(struct merge *m, struct output *out, const char *select_sql,
-			 const char *what, const char *cov_json)
+			 const char *what, const char *cov_json, struct query_opts *q)
 {
 	sqlite3 *db = merge_db(m);
 	sqlite3_stmt *st = NULL;
 	struct wire_value *vals = NULL;
 	const char **names = NULL;
+	char *cause = NULL;
 	int ncols = 0, rc = SQLITE_DONE, ret = 0, err = 0;
 
 	if (select_sql) {
@@ -658,6 +673,10 @@ static int print_results(struct merge *m, struct output *out, const char *select
 			goto out;
 		}
 		ncols = sqlite3_column_count(st);
+		if (q->nparams && qparams_bind(q->qp, q->nparams, st, &cause)) {
+			ret = usage_error("%s", cause);
+			goto out;
+		}
 	}
 	vals = calloc(ncols ? ncols : 1, sizeof(*vals));
 	names = calloc(ncols ? ncols : 1, sizeof(*names));
@@ -684,6 +703,7 @@ static int print_results(struct merge *m, struct output *out, const char *select
 		ret = FQ_EXIT_USAGE;
 	}
 out:
+	free(cause);
 	sqlite3_finalize(st);
 	free(vals);
 	free(names);
@@ -802,6 +822,8 @@ static int run(int cmd, struct query_opts *q)
 	struct an_plan plan = { 0 };
 	struct an_findings fd = { 0 };
 	struct an_param np[5], mp[2];
+	struct wire_value *qvals = NULL;
+	size_t nqvals = 0;
 	const char **hosts = NULL;
 	char *cause = NULL, *sql_buf = NULL, *summary = NULL, *common = NULL, *cov_json = NULL;
 	char *sess_dir = NULL, window[96];
@@ -924,6 +946,15 @@ static int run(int cmd, struct query_opts *q)
 		}
 		q->sql = sql_buf;
 	}
+	/* Named parameters get their values here, or a usage error before any fan-out. */
+	if (cmd == CMD_QUERY) {
+		err = qparams_setup(q->params, q->nparams, q->sql, q->merge != NULL, &q->qp,
+				    &qvals, &nqvals, &cause);
+		if (err) {
+			usage_error("%s", cause ? cause : strerror(-err));
+			goto out;
+		}
+	}
 	hl = hostlist_new();
 	if (!hl) {
 		usage_error("out of memory");
@@ -958,8 +989,8 @@ static int run(int cmd, struct query_opts *q)
 	fp.sql = cmd == CMD_PING ? NULL : q->sql;
 	fp.max_rows = q->max_rows;
 	fp.progress = isatty(STDERR_FILENO);
-	fp.params = plan.params;
-	fp.nparams = plan.nparams;
+	fp.params = cmd == CMD_QUERY ? qvals : plan.params;
+	fp.nparams = cmd == CMD_QUERY ? nqvals : plan.nparams;
 	fp.clock_param = plan.clock_param;
 	/* Clock samples cost a round trip each: only where clocks matter by default. */
 	fp.pings = q->pings >= 0 ? q->pings : cmd == CMD_QUERY ? 0 : 4;
@@ -1018,7 +1049,7 @@ static int run(int cmd, struct query_opts *q)
 		ret = print_results(m, out, !merge_has_table(m) ? NULL
 					    : q->merge	    ? q->merge
 							    : "SELECT * FROM results",
-				    q->merge ? "--merge" : "merge database", cov_json);
+				    q->merge ? "--merge" : "merge database", cov_json, q);
 		break;
 	case CMD_PING:
 		ret = print_ping(fo, cov, out, hosts, fp.nhosts, cov_json);
@@ -1055,7 +1086,7 @@ static int run(int cmd, struct query_opts *q)
 					    merge_has_table(m)
 						    ? "SELECT * FROM temp.fq_analysis ORDER BY rowid"
 						    : NULL,
-					    plan.merge_origin, cov_json);
+					    plan.merge_origin, cov_json, q);
 	}
 	/* The gate's condition: over the merged rows, once they are all in. */
 	if (q->fail_if && !ret && merge_has_table(m)) {
@@ -1092,6 +1123,7 @@ static int run(int cmd, struct query_opts *q)
 		      : fail_rows ? FQ_EXIT_GATE
 				  : coverage_exit(cov, q->min_coverage);
 out:
+	free(qvals);
 	free(cause);
 	free(sql_buf);
 	free(sess_dir);
@@ -1174,6 +1206,8 @@ out:
 	free(pos);
 	free(q.host_files);
 	free(q.host_exprs);
+	free(q.params);
+	free(q.qp);
 	free(q.comm);
 	free(q.gate.metrics);
 	config_release(&q.flags);
