@@ -189,7 +189,7 @@ char *coverage_summary(const struct coverage *c)
 
 char *coverage_common_failure(const struct coverage *c)
 {
-	char *s;
+	char *s, count[48];
 
 	if (!c->n || coverage_count(c, FQ_OK) || coverage_count(c, FQ_TRUNCATED))
 		return NULL;
@@ -197,8 +197,13 @@ char *coverage_common_failure(const struct coverage *c)
 		if (c->nodes[i].outcome != c->nodes[0].outcome ||
 		    !same_msg(c->nodes[i].message, c->nodes[0].message))
 			return NULL;
-	if (asprintf(&s, "%s on %s%zu node%s%s%s", outcome_name(c->nodes[0].outcome),
-		     c->n > 1 ? "all " : "", c->n, c->n == 1 ? "" : "s",
+	/* "on 1 node", "on both nodes", "on all 16 nodes" */
+	if (c->n == 2)
+		snprintf(count, sizeof(count), "both nodes");
+	else
+		snprintf(count, sizeof(count), "%s%zu node%s", c->n > 1 ? "all " : "", c->n,
+			 c->n == 1 ? "" : "s");
+	if (asprintf(&s, "%s on %s%s%s", outcome_name(c->nodes[0].outcome), count,
 		     c->nodes[0].message ? ": " : "",
 		     c->nodes[0].message ? c->nodes[0].message : "") < 0)
 		return NULL;

@@ -28,6 +28,7 @@
 
 #include "hostlist.h"
 #include "session.h"
+#include "tlsfiles.h"
 #include "wire.h"
 
 enum node_state {
@@ -169,6 +170,10 @@ static int load_tls(struct fanout *fo, char **cause)
 	if (!fo->ctx)
 		return fq_fail(cause, -ENOMEM, "cannot create TLS context: %s", ssl_reason());
 	SSL_CTX_set_min_proto_version(fo->ctx, TLS1_2_VERSION);
+	if (tlsfile_readable("CA certificate", "ca", p->ca, cause) ||
+	    tlsfile_readable("client certificate", "cert", p->cert, cause) ||
+	    tlsfile_readable("key", "key", p->key, cause))
+		return -EINVAL;
 	if (SSL_CTX_load_verify_locations(fo->ctx, p->ca, NULL) != 1)
 		return fq_fail(cause, -EINVAL, "cannot load CA certificate '%s': %s: check --ca",
 			    p->ca, ssl_reason());
@@ -177,11 +182,11 @@ static int load_tls(struct fanout *fo, char **cause)
 			       "cannot load client certificate '%s': %s: check --cert", p->cert,
 			       ssl_reason());
 	if (SSL_CTX_use_PrivateKey_file(fo->ctx, p->key, SSL_FILETYPE_PEM) != 1)
-		return fq_fail(cause, -EINVAL, "cannot load client key '%s': %s: check --key",
-			       p->key, ssl_reason());
+		return tlsfile_key_cause(p->key, p->cert, cause);
 	if (SSL_CTX_check_private_key(fo->ctx) != 1)
-		return fq_fail(cause, -EINVAL, "client key '%s' does not match certificate '%s'",
-			    p->key, p->cert);
+		return fq_fail(cause, -EINVAL,
+			       "key '%s' does not match certificate '%s': check --key", p->key,
+			       p->cert);
 	SSL_CTX_set_verify(fo->ctx, SSL_VERIFY_PEER, NULL);
 	session_setup(fo->ctx);
 	if (session_scope(fo->ctx, fo->scope))
@@ -577,7 +582,12 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 		node_finish(n, FQ_TIMEOUT, "TLS handshake not done within %gs", secs);
 		break;
 	default:
-		node_finish(n, FQ_TIMEOUT, "no HELLO within %gs", secs);
+		/* A TLS agent waits for our ClientHello as we wait for its HELLO. */
+		node_finish(n, FQ_TIMEOUT,
+			    n->fo->p->insecure ? "no HELLO within %gs (does the agent serve TLS? "
+						 "then drop --insecure)"
+					       : "no HELLO within %gs",
+			    secs);
 		break;
 	}
 }

@@ -97,7 +97,8 @@ static const char usage_text[] =
 	"\n"
 	"stragglers and netcheck:\n"
 	"  --since DUR              window: the last DUR (30s, 5m, 2h; default 60s), on each\n"
-	"                           node's clock corrected by its offset; 'all' for all time\n"
+	"                           node's clock corrected by its offset; 'all' or 0 for all\n"
+	"                           time\n"
 	"  --job ID                 only processes of this job (SLURM_JOB_ID)\n"
 	"  --comm HASH              only this communicator (16 hex digits)\n"
 	"  --max-seqs N             per communicator, only its newest N sequence numbers inside\n"
@@ -112,6 +113,8 @@ static const char usage_text[] =
 	"  --append                 with --save: add this run to FILE (repeated clean runs\n"
 	"                           give the baseline its spread)\n"
 	"  --baseline FILE          compare with FILE; exit 1 when a metric regressed\n"
+	"  --junit FILE             with --baseline: also write the comparison to FILE as\n"
+	"                           JUnit XML (the same fan-out as the report and exit status)\n"
 	"  --metric NAME[:higher]=SQL  a metric: SQL over the merged trace tables (each with a\n"
 	"                           node column); last column the value, a 'rank' column makes\n"
 	"                           it per rank; :higher when larger is better (repeatable)\n"
@@ -188,6 +191,7 @@ enum {
 	OPT_TREE_WIDTH,
 	OPT_NO_SESSION_CACHE,
 	OPT_PARAM,
+	OPT_JUNIT,
 };
 
 static const struct option long_opts[] = {
@@ -227,6 +231,7 @@ static const struct option long_opts[] = {
 	{ "tolerance", required_argument, NULL, OPT_TOLERANCE },
 	{ "mad-k", required_argument, NULL, OPT_MAD_K },
 	{ "param", required_argument, NULL, OPT_PARAM },
+	{ "junit", required_argument, NULL, OPT_JUNIT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -265,6 +270,7 @@ static unsigned opt_cmds(int c)
 	case OPT_SAMPLES:
 	case OPT_TOLERANCE:
 	case OPT_MAD_K:
+	case OPT_JUNIT:
 		return 1u << CMD_GATE;
 	default:
 		return ~0u;
@@ -519,6 +525,9 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			break;
 		case OPT_BASELINE:
 			q->gate.baseline = optarg;
+			break;
+		case OPT_JUNIT:
+			q->gate.junit = optarg;
 			break;
 		case OPT_METRIC:
 			if (push(&q->gate.metrics, &q->gate.nmetrics, optarg))
@@ -844,6 +853,12 @@ static int run(int cmd, struct query_opts *q)
 		goto out;
 	}
 	config_defaults(&conf);
+	/* Certificates named on the command line are meant to be used: say they are not. */
+	if (q->insecure && (q->flags.ca || q->flags.cert || q->flags.key)) {
+		usage_error("--insecure talks plaintext: --%s does not apply; drop one or the other",
+			    q->flags.ca ? "ca" : q->flags.cert ? "cert" : "key");
+		goto out;
+	}
 	if (q->junit && cmd != CMD_GATE) {
 		usage_error("--format junit applies to 'gate' only: use table, csv, tsv, json or "
 			    "ndjson");

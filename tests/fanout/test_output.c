@@ -198,6 +198,21 @@ static void test_coverage(void)
 	coverage_set(c, 1, FQ_SQL, 0, "other");
 	CHECK(!coverage_common_failure(c));
 	coverage_free(c);
+
+	/* plain English for two nodes and for one */
+	c = coverage_new(2, hosts);
+	coverage_set(c, 0, FQ_TLS, 0, "x");
+	coverage_set(c, 1, FQ_TLS, 0, "x");
+	s = coverage_common_failure(c);
+	CHECK_STR(s, "tls on both nodes: x");
+	free(s);
+	coverage_free(c);
+	c = coverage_new(1, hosts);
+	coverage_set(c, 0, FQ_TLS, 0, "x");
+	s = coverage_common_failure(c);
+	CHECK_STR(s, "tls on 1 node: x");
+	free(s);
+	coverage_free(c);
 }
 
 int main(void)
