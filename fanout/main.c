@@ -23,6 +23,7 @@
 #include "gate.h"
 #include "fqsql.h"
 #include "hostlist.h"
+#include "hostsel.h"
 #include "merge.h"
 #include "output.h"
 #include "params.h"
@@ -54,8 +55,11 @@ static const char usage_text[] =
 	"\n"
 	"hosts:\n"
 	"  --hosts FILE             one host[:port] or hostlist expression per line, # comments\n"
+	"                           (FILE -: standard input)\n"
 	"  -w HOSTLIST              e.g. 'gpu[01-16,20]', 'r[1-2]n[01-02]', 'a,b[1-3]',\n"
-	"                           '[::1]:7077'\n"
+	"                           '[::1]:7077'; -w ^FILE: as --hosts FILE\n"
+	"  -x HOSTLIST              leave these hosts out (-x ^FILE: those of FILE); without\n"
+	"                           a port, on every port\n"
 	"                           (neither: $SLURM_JOB_NODELIST)\n"
 	"  --port N                 agent port when a host names none (default 7077)\n"
 	"\n"
@@ -69,7 +73,7 @@ static const char usage_text[] =
 	"                           $XDG_CACHE_HOME/fleetq, else ~/.cache/fleetq)\n"
 	"\n"
 	"fan-out:\n"
-	"  --fanout N               connections in flight at once (default 128)\n"
+	"  -f, --fanout N           connections in flight at once (default 128)\n"
 	"  --connect-timeout SEC    per node, until the agent's HELLO (default 5)\n"
 	"  --timeout SEC            deadline for the whole fan-out (default 30)\n"
 	"  --tree-width W           relay through agents: at most W groups, each sent to its\n"
@@ -287,8 +291,8 @@ static unsigned opt_cmds(int c)
 
 struct query_opts {
 	struct fq_config flags;
-	const char **host_files, **host_exprs;
-	size_t nfiles, nexprs;
+	struct hostsel_arg *hsel; /* -w, -x, --hosts in order */
+	size_t nhsel, nfiles;
 	const char *merge;
 	const char **params; /* --param NAME=VALUE */
 	size_t nparams;
@@ -312,6 +316,18 @@ struct query_opts {
 	/* gate */
 	struct gate_args gate;
 };
+
+static int push_hostsel(struct query_opts *q, char kind, const char *text)
+{
+	struct hostsel_arg *a = realloc(q->hsel, (q->nhsel + 1) * sizeof(*a));
+
+	if (!a)
+		return -ENOMEM;
+	a[q->nhsel++] = (struct hostsel_arg){ kind, text };
+	q->hsel = a;
+	q->nfiles += kind == 'h' || text[0] == '^';
+	return 0;
+}
 
 static int push(const char ***arr, size_t *n, const char *s)
 {
@@ -382,7 +398,7 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 	opterr = 0;
 	/* 0, not 1: GNU getopt starts over (a second pass, another optstring). */
 	optind = 0;
-	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:qh" : "-:w:qh", long_opts, NULL)) !=
+	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:x:f:qh" : "-:w:x:f:qh", long_opts, NULL)) !=
 	       -1) {
 		if (c >= OPT_HOSTS && !(opt_cmds(c) & (cmd < 0 ? ~0u : 1u << cmd)))
 			return usage_error(
@@ -400,12 +416,18 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 				return usage_error("out of memory");
 			break;
 		case 'w':
-			if (push(&q->host_exprs, &q->nexprs, optarg))
+		case 'x':
+		case OPT_HOSTS:
+			if (push_hostsel(q, c == OPT_HOSTS ? 'h' : (char)c, optarg))
 				return usage_error("out of memory");
 			break;
-		case OPT_HOSTS:
-			if (push(&q->host_files, &q->nfiles, optarg))
-				return usage_error("out of memory");
+		case 'f':
+			err = config_set(&q->flags, "fanout", optarg, &cause);
+			if (err) {
+				usage_error("-f: %s", cause ? cause : strerror(-err));
+				free(cause);
+				return FQ_EXIT_USAGE;
+			}
 			break;
 		case OPT_FORMAT:
 			/* junit is the gate's alone, not a config file format */
@@ -608,26 +630,29 @@ static char *read_stdin(void)
 
 static int load_hosts(struct query_opts *q, struct hostlist *hl)
 {
-	const char *env;
+	const char *env = getenv("SLURM_JOB_NODELIST");
 	char *cause = NULL;
-	int err = 0;
+	int err, included, nx = 0;
 
-	for (size_t i = 0; i < q->nfiles && !err; i++)
-		err = hostlist_read_file(hl, q->host_files[i], &cause);
-	for (size_t i = 0; i < q->nexprs && !err; i++)
-		err = hostlist_push(hl, q->host_exprs[i], &cause);
-	if (!err && !q->nfiles && !q->nexprs) {
-		env = getenv("SLURM_JOB_NODELIST");
+	for (size_t i = 0; i < q->nhsel; i++)
+		nx += q->hsel[i].kind == 'x';
+	err = hostsel_load(hl, q->hsel, q->nhsel, &included, &cause);
+	if (!err && !included) {
 		if (!env || !*env)
 			return usage_error("no hosts: pass --hosts FILE or -w HOSTLIST, or run "
 					   "inside a Slurm job (SLURM_JOB_NODELIST)");
-		err = hostlist_push(hl, env, &cause);
+		/* the job's nodes, less those of -x */
+		if (push_hostsel(q, 'w', env))
+			return usage_error("out of memory");
+		err = hostsel_load(hl, q->hsel, q->nhsel, &included, &cause);
 	}
 	if (err) {
 		usage_error("%s", cause ? cause : strerror(-err));
 		free(cause);
 		return FQ_EXIT_USAGE;
 	}
+	if (!hostlist_count(hl) && nx)
+		return usage_error("no hosts: -x left none");
 	if (!hostlist_count(hl))
 		return usage_error("no hosts: the hosts file%s named none",
 				   q->nfiles > 1 ? "s" : "");
@@ -1219,8 +1244,7 @@ int main(int argc, char **argv)
 	ret = run(cmd, &q);
 out:
 	free(pos);
-	free(q.host_files);
-	free(q.host_exprs);
+	free(q.hsel);
 	free(q.params);
 	free(q.qp);
 	free(q.comm);
