@@ -1515,6 +1515,9 @@ static int print_rows(sqlite3 *db, int format, const char *sql, const char *cov_
 	struct output *o = output_new(STDOUT_FILENO, format);
 	sqlite3_stmt *st = NULL;
 	struct wire_value v[16];
+
+	if (o && cov_json)
+		output_with_coverage(o);
 	const char *names[16];
 	int n, err = -ENOMEM;
 
@@ -1744,7 +1747,7 @@ int gate_main(const struct gate_args *a, struct fanout_params *fp)
 	ret = FQ_EXIT_USAGE;
 	summary = coverage_summary(cov);
 	common = coverage_common_failure(cov);
-	if (a->format == FQ_FMT_JSON || a->format == FQ_FMT_NDJSON)
+	if ((a->format == FQ_FMT_JSON || a->format == FQ_FMT_NDJSON) && a->with_coverage)
 		cov_json = coverage_json(cov);
 	if (common)
 		fprintf(stderr, "fleetq: %s\n", common);

@@ -36,6 +36,7 @@ struct gate_args {
 	double min_coverage;
 	const char *fail_if; /* may be NULL */
 	const char *junit;   /* --junit FILE: the comparison as JUnit XML too, or NULL */
+	int with_coverage;   /* json, ndjson: the older shapes, with the coverage */
 	const char *version; /* fleetq's */
 };
 

@@ -91,7 +91,10 @@ static const char usage_text[] =
 	"                           'quoted' or other values as text (repeatable)\n"
 	"  --format FMT             table, csv, tsv, json, ndjson; junit (gate only)\n"
 	"                           (default: table on a terminal, else tsv; subcommands:\n"
-	"                           a report, unless --format is given)\n"
+	"                           a report, unless --format is given); json: an array of\n"
+	"                           objects keyed by column, ndjson: one a line\n"
+	"  --with-coverage          json and ndjson: also the coverage (json: one object with\n"
+	"                           columns, rows as arrays and coverage; ndjson: a last line)\n"
 	"  --fail-if SQL            after the merge, run SQL over 'results' and 'clock' (gate:\n"
 	"                           'gate', 'gate_now' and the trace tables); any row it returns\n"
 	"                           is printed on stderr and makes the exit status 1\n"
@@ -197,6 +200,7 @@ enum {
 	OPT_NO_SESSION_CACHE,
 	OPT_PARAM,
 	OPT_JUNIT,
+	OPT_WITH_COVERAGE,
 };
 
 static const struct option long_opts[] = {
@@ -237,6 +241,7 @@ static const struct option long_opts[] = {
 	{ "mad-k", required_argument, NULL, OPT_MAD_K },
 	{ "param", required_argument, NULL, OPT_PARAM },
 	{ "junit", required_argument, NULL, OPT_JUNIT },
+	{ "with-coverage", no_argument, NULL, OPT_WITH_COVERAGE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -551,6 +556,9 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			break;
 		case OPT_JUNIT:
 			q->gate.junit = optarg;
+			break;
+		case OPT_WITH_COVERAGE:
+			q->gate.with_coverage = 1;
 			break;
 		case OPT_METRIC:
 			if (push(&q->gate.metrics, &q->gate.nmetrics, optarg))
@@ -1044,6 +1052,8 @@ static int run(int cmd, struct query_opts *q)
 		goto out;
 	}
 	out = output_new(STDOUT_FILENO, format == FMT_REPORT ? FQ_FMT_TABLE : format);
+	if (out && q->gate.with_coverage)
+		output_with_coverage(out);
 	/*
 	 * A plain query prints its rows straight from the wire: SELECT * FROM results
 	 * would only give them back as they went in. The progress line shares a
@@ -1074,7 +1084,7 @@ static int run(int cmd, struct query_opts *q)
 	cov_json = coverage_json(cov);
 	summary = coverage_summary(cov);
 	common = coverage_common_failure(cov);
-	if (format != FQ_FMT_JSON && format != FQ_FMT_NDJSON) {
+	if ((format != FQ_FMT_JSON && format != FQ_FMT_NDJSON) || !q->gate.with_coverage) {
 		free(cov_json);
 		cov_json = NULL;
 	}

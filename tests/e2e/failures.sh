@@ -103,7 +103,7 @@ expect_rc 3 "SQL error everywhere"
 	{ cat "$T/err" >&2; fail "the common SQL error is not said once"; }
 
 # 6. json carries the failures too.
-fq -w "127.0.0.1:[$P1,$DEAD]" --format json "$Q"
+fq -w "127.0.0.1:[$P1,$DEAD]" --format json --with-coverage "$Q"
 expect_rc 3 "json with a failure"
 python3 - "$T" "$DEAD" <<'PY' || fail "json coverage"
 import json, sys

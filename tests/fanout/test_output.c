@@ -43,6 +43,8 @@ static char *render(int format, const char *cov)
 	struct output *o = output_new(-1, format);
 	char *s;
 
+	if (cov)
+		output_with_coverage(o);
 	CHECK(!output_begin(o, 3, names));
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		CHECK(!output_row(o, rows[i]));
@@ -89,6 +91,17 @@ static void test_formats(void)
 		     "{\"node\":\"\\u0001\xc3\xa9\\ufffd\",\"v\":-2.5e-300,\"w\":\"Infinity\"}\n"
 		     "{\"coverage\":{\"total\":1}}\n");
 	free(s);
+	/* by default rows only, objects keyed by column: what jq pipelines want */
+	s = render(FQ_FMT_JSON, NULL);
+	CHECK_STR(s, "[{\"node\":\"gpu01\",\"v\":-9223372036854775808,\"w\":0.1},\n"
+		     "{\"node\":\"a,b\",\"v\":\"say \\\"hi\\\"\\r\\n\",\"w\":null},\n"
+		     "{\"node\":\"tab\\there\",\"v\":\"back\\\\slash\\nnl\",\"w\":\"00ff10\"},\n"
+		     "{\"node\":\"\",\"v\":9223372036854775807,\"w\":1.0},\n"
+		     "{\"node\":\"\\u0001\xc3\xa9\\ufffd\",\"v\":-2.5e-300,\"w\":\"Infinity\"}]\n");
+	free(s);
+	s = render(FQ_FMT_NDJSON, NULL);
+	CHECK(s && !strstr(s, "coverage") && strlen(s) > 0 && s[strlen(s) - 2] == '}');
+	free(s);
 	s = render(FQ_FMT_TABLE, NULL);
 	CHECK_STR(s, "node       v                     w\n"
 		     "---------  --------------------  ---------\n"
@@ -122,9 +135,19 @@ static void test_empty(void)
 {
 	struct output *o = output_new(-1, FQ_FMT_JSON);
 
+	output_with_coverage(o);
 	CHECK(!output_begin(o, 0, NULL));
 	CHECK(!output_end(o, "{}"));
 	CHECK_STR(output_text(o), "{\"columns\":[],\"rows\":[],\"coverage\":{}}\n");
+	output_free(o);
+	o = output_new(-1, FQ_FMT_JSON);
+	CHECK(!output_begin(o, 0, NULL));
+	CHECK(!output_end(o, "{}"));
+	CHECK_STR(output_text(o), "[]\n");
+	output_free(o);
+	o = output_new(-1, FQ_FMT_NDJSON);
+	CHECK(!output_end(o, "{}"));
+	CHECK_STR(output_text(o), "");
 	output_free(o);
 }
 
