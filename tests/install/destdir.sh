@@ -16,7 +16,8 @@ for f in bin/fleetq sbin/agentd bin/fleetq-mkcerts; do
 	[ -x "$R/$f" ] || fail "$f is not installed (or not executable)"
 done
 for f in share/man/man1/fleetq.1 share/man/man8/agentd.8 share/doc/fleetq/certs.md \
-	share/fleetq/sql/analysis/stragglers.node.sql; do
+	share/fleetq/sql/analysis/stragglers.node.sql share/bash-completion/completions/fleetq \
+	share/zsh/site-functions/_fleetq; do
 	[ -s "$R/$f" ] || fail "$f is not installed"
 done
 # the installed mkcerts works on its own
