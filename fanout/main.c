@@ -149,6 +149,8 @@ static const char usage_text[] =
 	"  3  coverage below --min-coverage (timeouts, unreachable, SQL errors, truncation);\n"
 	"     for stragglers and netcheck also when no node answered\n"
 	"  0  every node answered (or at least --min-coverage of them), nothing found\n"
+	"  130  interrupted: the first Ctrl-C prints what arrived and exits 130, a second\n"
+	"     one ends fleetq at once\n"
 	"\n"
 	"See fleetq(1).\n";
 
@@ -830,6 +832,34 @@ static int64_t realtime_now(void)
 
 #define FMT_REPORT (-1)
 
+/* The shells' status for a command ended by SIGINT: the same whether one Ctrl-C or two. */
+#define EXIT_INTERRUPTED 130
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+/*
+ * The first Ctrl-C ends the fan-out: what arrived is printed, the nodes still
+ * pending are "interrupted" in the coverage. SA_RESETHAND: the second one
+ * kills as usual. A SIGINT ignored by whoever started us stays ignored.
+ */
+static void catch_sigint(struct fanout_params *fp)
+{
+	struct sigaction sa = { .sa_handler = on_sigint, .sa_flags = SA_RESETHAND };
+	struct sigaction old;
+
+	if (sigaction(SIGINT, NULL, &old) || old.sa_handler == SIG_IGN)
+		return;
+	sigemptyset(&sa.sa_mask);
+	if (!sigaction(SIGINT, &sa, NULL))
+		fp->interrupt = &interrupted;
+}
+
 /*
  * Exit status of an analysis, first match wins: a hang (5), a finding (1),
  * then coverage as for queries (4, 3), and 3 also when no node answered at
@@ -1045,6 +1075,7 @@ static int run(int cmd, struct query_opts *q)
 	fp.pings = q->pings >= 0 ? q->pings : cmd == CMD_QUERY ? 0 : 4;
 	if (cmd == CMD_PING && !fp.pings)
 		fp.pings = 1; /* a refused certificate shows only after HELLO */
+	catch_sigint(&fp);
 	if (cmd == CMD_GATE) {
 		/* Several fan-outs (one per trace table): gate.c runs them. */
 		fp.pings = q->pings >= 0 ? q->pings : 0;
@@ -1174,6 +1205,11 @@ static int run(int cmd, struct query_opts *q)
 		      : fail_rows ? FQ_EXIT_GATE
 				  : coverage_exit(cov, q->min_coverage);
 out:
+	if (interrupted && ret != FQ_EXIT_USAGE) {
+		fprintf(stderr, "fleetq: interrupted: printed what arrived (nodes still pending are "
+				"'interrupted' in the coverage)\n");
+		ret = EXIT_INTERRUPTED;
+	}
 	free(qvals);
 	free(cause);
 	free(sql_buf);

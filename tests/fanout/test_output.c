@@ -222,6 +222,17 @@ static void test_coverage(void)
 	CHECK(!coverage_common_failure(c));
 	coverage_free(c);
 
+	/* a reason that names each node's host is one reason */
+	c = coverage_new(3, hosts);
+	coverage_set(c, 0, FQ_UNREACHABLE, 0, "cannot resolve 'gpu01'");
+	coverage_set(c, 1, FQ_UNREACHABLE, 0, "cannot resolve 'gpu02'");
+	coverage_set(c, 2, FQ_UNREACHABLE, 0, "cannot resolve 'gpu01'");
+	s = coverage_summary(c);
+	CHECK_STR(s, "coverage: 0/3 nodes ok, 0 rows; unreachable: gpu[01-02] (cannot resolve "
+		     "'<host>'); unreachable: gpu03 (cannot resolve 'gpu01')");
+	free(s);
+	coverage_free(c);
+
 	/* plain English for two nodes and for one */
 	c = coverage_new(2, hosts);
 	coverage_set(c, 0, FQ_TLS, 0, "x");
