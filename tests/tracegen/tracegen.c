@@ -109,13 +109,13 @@ static int64_t default_start(const struct opts *o)
 static void parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
+		{ "end", 1, 0, 'E' },
 		{ "out", 1, 0, 'o' },	    { "node", 1, 0, 'n' },	{ "ranks", 1, 0, 'r' },
 		{ "rank-base", 1, 0, 'b' }, { "nranks", 1, 0, 'N' },	{ "steps", 1, 0, 's' },
 		{ "comm-hash", 1, 0, 'c' }, { "slow-rank", 1, 0, 'S' }, { "slow-pct", 1, 0, 'p' },
 		{ "hang-rank", 1, 0, 'H' }, { "hang-at", 1, 0, 'a' },	{ "seed", 1, 0, 'e' },
 		{ "start-ns", 1, 0, 't' },  { "step-ns", 1, 0, 'T' },	{ "launches", 1, 0, 'L' },
 		{ "job-id", 1, 0, 'j' },    { "wal", 0, 0, 'w' },	{ "help", 0, 0, 'h' },
-		{ "end", 1, 0, 'E' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *hash = NULL;
