@@ -30,6 +30,25 @@ expect_rc 130 "Ctrl-C"
 expect_err "coverage: 1/2 nodes ok, 1 row; interrupted: 127.0.0.1:$STALL (interrupted after"
 expect_err "fleetq: interrupted: printed what arrived"
 
+# 1b. the second Ctrl-C ends fleetq at once: here while it prints what arrived into a
+# pipe nobody reads (killed by SIGINT, not an exit status)
+"$TRACEGEN" --out "$T/big.db" --node big --ranks 2 --steps 3000 >"$T/gen.log" 2>&1 ||
+	fail "fq-tracegen big"
+start_agent big "$T/big.db" - --insecure
+python3 - "$FLEETQ" "127.0.0.1:$PORT,127.0.0.1:$STALL" <<'PY' || fail "second Ctrl-C"
+import signal, subprocess, sys, time
+p = subprocess.Popen([sys.argv[1], "--insecure", "-w", sys.argv[2], "--format", "csv",
+                      "--merge", "SELECT * FROM results", "SELECT * FROM cuda_calls"],
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+time.sleep(1.5)
+p.send_signal(signal.SIGINT)
+time.sleep(1)
+assert p.poll() is None, f"fleetq ended ({p.returncode}) though its stdout is full"
+p.send_signal(signal.SIGINT)
+rc = p.wait(timeout=5)
+assert rc == -signal.SIGINT, f"after the second Ctrl-C: {rc}, want killed by SIGINT"
+PY
+
 # 2. the progress line (on a terminal) names the node in flight
 script -qec "env --default-signal=INT $FLEETQ --insecure -w $HL --timeout 2.5 \
 	'SELECT 1' >/dev/null" "$T/tty" >/dev/null 2>&1
