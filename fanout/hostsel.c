@@ -60,3 +60,12 @@ out:
 	hostlist_free(ex);
 	return err;
 }
+
+int hostsel_reads_stdin(const struct hostsel_arg *args, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if ((args[i].kind == 'h' && !strcmp(args[i].text, "-")) ||
+		    !strcmp(args[i].text, "^-"))
+			return 1;
+	return 0;
+}

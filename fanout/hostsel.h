@@ -26,4 +26,7 @@ struct hostsel_arg {
 int hostsel_load(struct hostlist *hl, const struct hostsel_arg *args, size_t n, int *included,
 		 char **cause);
 
+/* Whether any of args reads standard input (--hosts -, -w ^-, -x ^-). */
+int hostsel_reads_stdin(const struct hostsel_arg *args, size_t n);
+
 #endif

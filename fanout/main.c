@@ -1018,6 +1018,11 @@ static int run(int cmd, struct query_opts *q)
 		q->sql = plan.node_sql;
 	}
 	if (q->sql && !strcmp(q->sql, "-")) {
+		if (hostsel_reads_stdin(q->hsel, q->nhsel)) {
+			usage_error("standard input cannot hold both the query (-) and the hosts "
+				    "(--hosts -): put one of them in a file");
+			goto out;
+		}
 		sql_buf = read_stdin();
 		if (!sql_buf || !*sql_buf) {
 			usage_error("no query on standard input");

@@ -29,4 +29,6 @@ printf '# two\n127.0.0.1:[5-6]\n' >"$T/hosts"
 [ $? = 2 ] && grep -q "no hosts: -x left none" "$T/err" || fail "-x leaving none: $(cat "$T/err")"
 "$FLEETQ" -f 0 -w a ping >/dev/null 2>"$T/err"
 [ $? = 2 ] && grep -q "^fleetq: -f: invalid fanout '0'" "$T/err" || fail "-f 0: $(cat "$T/err")"
+"$FLEETQ" --hosts - - </dev/null >/dev/null 2>"$T/err"
+[ $? = 2 ] && grep -q "standard input cannot hold both" "$T/err" || fail "--hosts - with SQL -"
 echo ok
