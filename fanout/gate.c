@@ -1586,8 +1586,9 @@ static int summarize(struct gate *g, int quiet)
 	sqlite3_finalize(st);
 	if (!quiet) {
 		if (bad)
-			fprintf(stderr, "fleetq gate: %zu metric%s, %d check%s, %d regressed: %s%s\n",
-				g->nm, g->nm == 1 ? "" : "s", checks, checks == 1 ? "" : "s", bad,
+			fprintf(stderr,
+				"fleetq gate: %zu metric%s, %d check%s, %d regressed: %s%s\n", g->nm,
+				g->nm == 1 ? "" : "s", checks, checks == 1 ? "" : "s", bad,
 				b.s ? b.s : "", bad > 3 ? "; ..." : "");
 		else
 			fprintf(stderr, "fleetq gate: %zu metric%s, %d check%s, none regressed "

@@ -406,8 +406,8 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 	opterr = 0;
 	/* 0, not 1: GNU getopt starts over (a second pass, another optstring). */
 	optind = 0;
-	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:x:f:qh" : "-:w:x:f:qh", long_opts, NULL)) !=
-	       -1) {
+	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:x:f:qh" : "-:w:x:f:qh", long_opts,
+				NULL)) != -1) {
 		if (c >= OPT_HOSTS && !(opt_cmds(c) & (cmd < 0 ? ~0u : 1u << cmd)))
 			return usage_error(
 				"option '--%s' does not apply to '%s': see fleetq --help",
@@ -919,7 +919,8 @@ static int run(int cmd, struct query_opts *q)
 	config_defaults(&conf);
 	/* Certificates named on the command line are meant to be used: say they are not. */
 	if (q->insecure && (q->flags.ca || q->flags.cert || q->flags.key)) {
-		usage_error("--insecure talks plaintext: --%s does not apply; drop one or the other",
+		usage_error("--insecure talks plaintext: --%s does not apply; drop one or the "
+			    "other",
 			    q->flags.ca ? "ca" : q->flags.cert ? "cert" : "key");
 		goto out;
 	}
@@ -1211,8 +1212,8 @@ static int run(int cmd, struct query_opts *q)
 				  : coverage_exit(cov, q->min_coverage);
 out:
 	if (interrupted && ret != FQ_EXIT_USAGE) {
-		fprintf(stderr, "fleetq: interrupted: printed what arrived (nodes still pending are "
-				"'interrupted' in the coverage)\n");
+		fprintf(stderr, "fleetq: interrupted: printed what arrived (nodes still pending "
+				"are 'interrupted' in the coverage)\n");
 		ret = EXIT_INTERRUPTED;
 	}
 	free(qvals);
@@ -1278,8 +1279,8 @@ int main(int argc, char **argv)
 	}
 	if (cmd == CMD_QUERY) {
 		if (!npos) {
-			ret = usage_error("no query: pass the SQL to run, e.g. fleetq -w 'gpu[01-04]' "
-					  "\"SELECT count(*) FROM collectives\"");
+			ret = usage_error("no query: pass the SQL to run, e.g. fleetq -w "
+					  "'gpu[01-04]' \"SELECT count(*) FROM collectives\"");
 			goto out;
 		}
 		if (npos > 1) {

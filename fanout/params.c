@@ -24,7 +24,8 @@ int qparam_parse(struct qparam *p, const char *arg, char **cause)
 		name++;
 	if (!eq || eq == name)
 		return fq_fail(cause, -EINVAL,
-			       "--param '%s': give NAME=VALUE, e.g. --param c=9a646edbb275b4fe", arg);
+			       "--param '%s': give NAME=VALUE, e.g. --param c=9a646edbb275b4fe",
+			       arg);
 	for (const char *s = name; s < eq; s++)
 		if (!(*s == '_' || (*s >= '0' && *s <= '9') || ((*s | 0x20) >= 'a' &&
 								    (*s | 0x20) <= 'z')))
@@ -86,8 +87,10 @@ int qparams_for_query(struct qparam *ps, size_t n, const char *sql, struct wire_
 	}
 	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK || !st) {
 		/* without --param, the agents judge SQL this schema version does not know */
-		err = !n ? 0 : fq_fail(cause, -EINVAL, "--param: cannot find the query's parameters: %s",
-			      st ? sqlite3_errmsg(db) : "no statement");
+		err = !n ? 0
+			 : fq_fail(cause, -EINVAL,
+				   "--param: cannot find the query's parameters: %s",
+				   st ? sqlite3_errmsg(db) : "no statement");
 		goto out;
 	}
 	np = sqlite3_bind_parameter_count(st);
@@ -102,7 +105,8 @@ int qparams_for_query(struct qparam *ps, size_t n, const char *sql, struct wire_
 
 		if (!p) {
 			err = pn ? fq_fail(cause, -EINVAL,
-					   "query parameter '%s' has no value: pass --param %s=VALUE",
+					   "query parameter '%s' has no value: pass --param "
+					   "%s=VALUE",
 					   pn, pn + 1)
 				 : fq_fail(cause, -EINVAL,
 					   "query parameter %d is a bare '?': name it (:NAME) and "

@@ -50,8 +50,8 @@ int tlsfile_key_cause(const char *key, const char *cert, char **cause)
 	int err;
 
 	if (ERR_GET_LIB(e) == ERR_LIB_X509 && ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH)
-		err = fq_fail(cause, -EINVAL, "key '%s' does not match certificate '%s': check --key",
-			      key, cert);
+		err = fq_fail(cause, -EINVAL,
+			      "key '%s' does not match certificate '%s': check --key", key, cert);
 	else if (holds_only_certificate(key))
 		err = fq_fail(cause, -EINVAL,
 			      "cannot load key '%s': it holds a certificate, not a private key: "

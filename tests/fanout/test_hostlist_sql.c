@@ -56,7 +56,8 @@ int main(void)
 	    "'127.0.0.1:7078')",
 	    "127.0.0.1:[7077-7078]");
 	/* duplicates fold once */
-	ONE("SELECT hostlist(x) FROM (SELECT 'a1' AS x UNION ALL SELECT 'a1' UNION ALL SELECT 'a2')",
+	ONE("SELECT hostlist(x) FROM (SELECT 'a1' AS x UNION ALL SELECT 'a1' UNION ALL "
+	    "SELECT 'a2')",
 	    "a[1-2]");
 	merge_free(m);
 	CHECK_DONE();
