@@ -28,7 +28,7 @@ static const char *const outcome_names[FQ_NOUTCOMES] = {
 	[FQ_UNREACHABLE] = "unreachable", [FQ_TLS] = "tls",
 	[FQ_SQL] = "sql error",		  [FQ_PROTOCOL] = "protocol error",
 	[FQ_COLUMNS] = "columns differ",  [FQ_PARTIAL] = "partial",
-	[FQ_AGENT] = "agent error",
+	[FQ_AGENT] = "agent error",	  [FQ_INTERRUPTED] = "interrupted",
 };
 
 const char *outcome_name(int outcome)
@@ -109,12 +109,73 @@ static int same_msg(const char *a, const char *b)
 /* Order in which failures are listed: the worst (needs the user) first. */
 static const int listed[] = {
 	FQ_TLS, FQ_UNREACHABLE, FQ_TIMEOUT, FQ_SQL, FQ_COLUMNS,
-	FQ_PARTIAL, FQ_PROTOCOL, FQ_AGENT, FQ_TRUNCATED, FQ_PENDING,
+	FQ_PARTIAL, FQ_PROTOCOL, FQ_AGENT, FQ_INTERRUPTED, FQ_TRUNCATED, FQ_PENDING,
 };
 
+static int name_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       ch == '.' || ch == '-' || ch == '_';
+}
+
 /*
- * Calls fn for every group of nodes with the same outcome and message, in
- * listed[] order, then first-appearance order. Quadratic, but only in the
+ * msg with the host of name (its host part, as a whole word) written as
+ * "<host>", so that "cannot resolve 'gpu01'" and "cannot resolve 'gpu02'" are
+ * one reason. malloc'd; NULL for no message or no memory.
+ */
+static char *msg_key(const char *msg, const char *name)
+{
+	struct strbuf b = STRBUF_INIT;
+	char *host = NULL;
+	const char *p = msg, *hit;
+	size_t hl;
+	int port;
+
+	if (!msg)
+		return NULL;
+	if (hostlist_split(name, -1, &host, &port) || !(hl = strlen(host))) {
+		free(host);
+		return strdup(msg);
+	}
+	while ((hit = strstr(p, host))) {
+		int word = (hit == msg || !name_char(hit[-1])) && !name_char(hit[hl]);
+
+		sb_add(&b, p, (size_t)(hit - p));
+		sb_puts(&b, word ? "<host>" : host);
+		p = hit + hl;
+	}
+	sb_puts(&b, p);
+	free(host);
+	return sb_detach(&b);
+}
+
+/* Each node's msg_key() (NULL where it has no message); free with keys_free(). */
+static char **keys_new(const struct coverage *c)
+{
+	char **k = calloc(c->n ? c->n : 1, sizeof(*k));
+
+	for (size_t i = 0; k && i < c->n; i++)
+		if (c->nodes[i].message && !(k[i] = msg_key(c->nodes[i].message, c->names[i]))) {
+			for (size_t j = 0; j < i; j++)
+				free(k[j]);
+			free(k);
+			return NULL;
+		}
+	return k;
+}
+
+static void keys_free(char **k, size_t n)
+{
+	for (size_t i = 0; k && i < n; i++)
+		free(k[i]);
+	free(k);
+}
+
+/*
+ * Calls fn for every group of nodes with the same outcome and reason (the
+ * message, the host's own name aside), in listed[] order, then
+ * first-appearance order; a group of several nodes whose messages name
+ * themselves gets the message with "<host>". Quadratic, but only in the
  * failed nodes, which one fan-out keeps to a few thousand.
  */
 static int for_groups(const struct coverage *c,
@@ -124,9 +185,10 @@ static int for_groups(const struct coverage *c,
 {
 	const char **hosts = malloc((c->n ? c->n : 1) * sizeof(*hosts));
 	char *done = calloc(c->n ? c->n : 1, 1);
+	char **keys = keys_new(c);
 	int err = 0;
 
-	if (!hosts || !done) {
+	if (!hosts || !done || !keys) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -139,16 +201,17 @@ static int for_groups(const struct coverage *c,
 				continue;
 			for (size_t j = i; j < c->n; j++) {
 				if (done[j] || c->nodes[j].outcome != listed[l] ||
-				    !same_msg(c->nodes[j].message, c->nodes[i].message))
+				    !same_msg(keys[j], keys[i]))
 					continue;
 				done[j] = 1;
 				hosts[k++] = c->names[j];
 				rows += c->nodes[j].rows;
 			}
-			fn(ctx, listed[l], c->nodes[i].message, hosts, k, rows);
+			fn(ctx, listed[l], k > 1 ? keys[i] : c->nodes[i].message, hosts, k, rows);
 		}
 	}
 out:
+	keys_free(keys, c->n);
 	free(hosts);
 	free(done);
 	return err;
@@ -189,19 +252,29 @@ char *coverage_summary(const struct coverage *c)
 
 char *coverage_common_failure(const struct coverage *c)
 {
-	char *s;
+	char *s = NULL, count[48], **keys;
+	const char *msg;
 
 	if (!c->n || coverage_count(c, FQ_OK) || coverage_count(c, FQ_TRUNCATED))
 		return NULL;
-	for (size_t i = 1; i < c->n; i++)
-		if (c->nodes[i].outcome != c->nodes[0].outcome ||
-		    !same_msg(c->nodes[i].message, c->nodes[0].message))
-			return NULL;
-	if (asprintf(&s, "%s on %s%zu node%s%s%s", outcome_name(c->nodes[0].outcome),
-		     c->n > 1 ? "all " : "", c->n, c->n == 1 ? "" : "s",
-		     c->nodes[0].message ? ": " : "",
-		     c->nodes[0].message ? c->nodes[0].message : "") < 0)
+	keys = keys_new(c);
+	if (!keys)
 		return NULL;
+	for (size_t i = 1; i < c->n; i++)
+		if (c->nodes[i].outcome != c->nodes[0].outcome || !same_msg(keys[i], keys[0]))
+			goto out;
+	msg = c->n > 1 ? keys[0] : c->nodes[0].message;
+	/* "on 1 node", "on both nodes", "on all 16 nodes" */
+	if (c->n == 2)
+		snprintf(count, sizeof(count), "both nodes");
+	else
+		snprintf(count, sizeof(count), "%s%zu node%s", c->n > 1 ? "all " : "", c->n,
+			 c->n == 1 ? "" : "s");
+	if (asprintf(&s, "%s on %s%s%s", outcome_name(c->nodes[0].outcome), count,
+		     msg ? ": " : "", msg ? msg : "") < 0)
+		s = NULL;
+out:
+	keys_free(keys, c->n);
 	return s;
 }
 

@@ -31,6 +31,7 @@ enum fq_outcome {
 	FQ_COLUMNS,	/* columns differ from the first node's: rows not merged */
 	FQ_PARTIAL,	/* connection lost before END: rows dropped */
 	FQ_AGENT,	/* agent sent ERROR (busy, shutting down, internal) */
+	FQ_INTERRUPTED, /* the user stopped the fan-out (Ctrl-C) before this node finished */
 	FQ_NOUTCOMES
 };
 

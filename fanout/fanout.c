@@ -28,6 +28,7 @@
 
 #include "hostlist.h"
 #include "session.h"
+#include "tlsfiles.h"
 #include "wire.h"
 
 enum node_state {
@@ -87,6 +88,7 @@ struct fanout {
 	struct event ev_kick;
 	struct event ev_progress;
 	struct event ev_cancel;
+	struct event ev_interrupt;
 	int progress_shown;
 	int cancelled;
 	struct node *nodes;
@@ -106,6 +108,9 @@ struct fanout {
 	int64_t rows_total;
 	char *fatal; /* a local failure that stops the fan-out */
 };
+
+/* The progress line names the hosts in flight when there are at most this many. */
+#define PROGRESS_NAMED 16
 
 static int64_t now_ms(void)
 {
@@ -169,6 +174,10 @@ static int load_tls(struct fanout *fo, char **cause)
 	if (!fo->ctx)
 		return fq_fail(cause, -ENOMEM, "cannot create TLS context: %s", ssl_reason());
 	SSL_CTX_set_min_proto_version(fo->ctx, TLS1_2_VERSION);
+	if (tlsfile_readable("CA certificate", "ca", p->ca, cause) ||
+	    tlsfile_readable("client certificate", "cert", p->cert, cause) ||
+	    tlsfile_readable("key", "key", p->key, cause))
+		return -EINVAL;
 	if (SSL_CTX_load_verify_locations(fo->ctx, p->ca, NULL) != 1)
 		return fq_fail(cause, -EINVAL, "cannot load CA certificate '%s': %s: check --ca",
 			    p->ca, ssl_reason());
@@ -177,11 +186,11 @@ static int load_tls(struct fanout *fo, char **cause)
 			       "cannot load client certificate '%s': %s: check --cert", p->cert,
 			       ssl_reason());
 	if (SSL_CTX_use_PrivateKey_file(fo->ctx, p->key, SSL_FILETYPE_PEM) != 1)
-		return fq_fail(cause, -EINVAL, "cannot load client key '%s': %s: check --key",
-			       p->key, ssl_reason());
+		return tlsfile_key_cause(p->key, p->cert, cause);
 	if (SSL_CTX_check_private_key(fo->ctx) != 1)
-		return fq_fail(cause, -EINVAL, "client key '%s' does not match certificate '%s'",
-			    p->key, p->cert);
+		return fq_fail(cause, -EINVAL,
+			       "key '%s' does not match certificate '%s': check --key", p->key,
+			       p->cert);
 	SSL_CTX_set_verify(fo->ctx, SSL_VERIFY_PEER, NULL);
 	session_setup(fo->ctx);
 	if (session_scope(fo->ctx, fo->scope))
@@ -577,7 +586,12 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 		node_finish(n, FQ_TIMEOUT, "TLS handshake not done within %gs", secs);
 		break;
 	default:
-		node_finish(n, FQ_TIMEOUT, "no HELLO within %gs", secs);
+		/* A TLS agent waits for our ClientHello as we wait for its HELLO. */
+		node_finish(n, FQ_TIMEOUT,
+			    n->fo->p->insecure ? "no HELLO within %gs (does the agent serve TLS? "
+						 "then drop --insecure)"
+					       : "no HELLO within %gs",
+			    secs);
 		break;
 	}
 }
@@ -829,6 +843,18 @@ static void on_end(struct node *n, const struct wire_end *e)
 			fo->infos[h].rtt_ns = n->info->rtt_ns + e->rtt_ns;
 		}
 		outcome = end_outcome(e, fo->leaves[h].rows, &why);
+		/* A leaf the relay could not reach: say which relay (each hop adds its own). */
+		if (h != n->first && (outcome == FQ_UNREACHABLE || outcome == FQ_TLS ||
+				      outcome == FQ_TIMEOUT || outcome == FQ_PARTIAL ||
+				      outcome == FQ_PROTOCOL)) {
+			char *via = NULL;
+
+			if (asprintf(&via, "relay %s: %s", n->name,
+				     why ? why : outcome_name(outcome)) >= 0) {
+				free(why);
+				why = via;
+			}
+		}
 		leaf_finish(fo, h, outcome, why);
 		free(why);
 		return;
@@ -1184,15 +1210,62 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 	event_base_loopexit(fo->base, NULL);
 }
 
+/* The hosts still in flight, folded ("gpu[03,07]"), when few enough to name; else NULL. */
+static char *inflight_names(struct fanout *fo)
+{
+	const char **names;
+	char *folded = NULL;
+	size_t k = 0;
+
+	if (!fo->inflight || fo->inflight > PROGRESS_NAMED)
+		return NULL;
+	names = malloc(fo->inflight * sizeof(*names));
+	if (!names)
+		return NULL;
+	for (size_t i = 0; i < fo->n && k < fo->inflight; i++)
+		if (fo->nodes[i].state != N_IDLE && fo->nodes[i].state != N_DONE)
+			names[k++] = fo->nodes[i].name;
+	if (k)
+		folded = hostlist_fold(names, k);
+	free(names);
+	return folded;
+}
+
 static void progress_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct fanout *fo = arg;
 	struct timeval tv = ms_tv(250);
+	char *slow = inflight_names(fo);
 
-	fprintf(stderr, "\rfleetq: %zu/%zu nodes done, %zu in flight, %" PRId64 " rows\033[K",
-		fo->done, fo->n, fo->inflight, fo->rows_total);
+	/* The slow ones by name, as pdsh does: the line stays one line (cut at 60 columns). */
+	fprintf(stderr, "\rfleetq: %zu/%zu nodes done, %zu in flight%s%.60s%s%s, %" PRId64
+			" rows\033[K",
+		fo->done, fo->n, fo->inflight, slow ? " (" : "", slow ? slow : "",
+		slow && strlen(slow) > 60 ? "..." : "", slow ? ")" : "", fo->rows_total);
+	free(slow);
 	fo->progress_shown = 1;
 	evtimer_add(&fo->ev_progress, &tv);
+}
+
+/* Ctrl-C: end the fan-out now, as the deadline would; what arrived stays. */
+static void interrupt_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fanout *fo = arg;
+	struct timeval tv = ms_tv(100);
+	double secs = (double)(now_ms() - fo->start_ms) / 1000;
+
+	if (!*fo->p->interrupt) {
+		evtimer_add(&fo->ev_interrupt, &tv);
+		return;
+	}
+	for (size_t i = 0; i < fo->n; i++) {
+		struct node *n = &fo->nodes[i];
+
+		if (n->state != N_DONE)
+			node_finish(n, FQ_INTERRUPTED, "interrupted after %.1fs%s", secs,
+				    n->rows ? ", rows dropped" : "");
+	}
+	event_base_loopexit(fo->base, NULL);
 }
 
 static void cancel_cb(evutil_socket_t fd, short what, void *arg)
@@ -1242,6 +1315,11 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	event_assign(&fo->ev_kick, fo->base, -1, 0, kick_cb, fo);
 	evtimer_assign(&fo->ev_progress, fo->base, progress_cb, fo);
 	evtimer_assign(&fo->ev_cancel, fo->base, cancel_cb, fo);
+	evtimer_assign(&fo->ev_interrupt, fo->base, interrupt_cb, fo);
+	if (fo->p->interrupt) {
+		tv = ms_tv(100);
+		evtimer_add(&fo->ev_interrupt, &tv);
+	}
 	if (fo->p->cancel) {
 		tv = ms_tv(100);
 		evtimer_add(&fo->ev_cancel, &tv);
@@ -1279,6 +1357,7 @@ out:
 	event_del(&fo->ev_kick);
 	event_del(&fo->ev_progress);
 	event_del(&fo->ev_cancel);
+	event_del(&fo->ev_interrupt);
 	if (fo->dq != fo->p->direct)
 		direct_free(fo->dq);
 	fo->dq = NULL;

@@ -9,6 +9,7 @@
 #ifndef FLEETQ_FANOUT_H
 #define FLEETQ_FANOUT_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,6 +63,10 @@ struct fanout_params {
 	/* When not NULL, polled every 100 ms: nonzero stops the fan-out
 	 * (fanout_run() fails with -ECANCELED). A relay whose client left. */
 	const int *cancel;
+	/* When not NULL, polled every 100 ms: nonzero ends the fan-out as the
+	 * deadline would, each unfinished node "interrupted" (fleetq's Ctrl-C:
+	 * what arrived is still merged and printed). */
+	const volatile sig_atomic_t *interrupt;
 };
 
 /*

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1064,6 +1065,33 @@ static const char *metric_shape(sqlite3 *db, const char *name)
 	return keyed && ranked ? "keyed per rank" : keyed ? "keyed" : ranked ? "per rank" : "scalar";
 }
 
+/*
+ * save() writes PATH.tmp beside path and renames it, --junit writes path: its
+ * folder must take a new file, and path must not be a folder. Returns -1 to go
+ * on, else 2.
+ */
+static int save_writable(const char *path, const char *what, const char *opt)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : NULL;
+	struct stat sb;
+	int ret = -1;
+
+	if (slash && !dir)
+		return gate_error("out of memory");
+	if (access(dir ? dir : ".", W_OK | X_OK))
+		ret = gate_error("cannot write %s '%s': folder '%s': %s: check --%s", what, path,
+				 dir ? dir : ".", strerror(errno), opt);
+	else if (!stat(path, &sb) && S_ISDIR(sb.st_mode))
+		ret = gate_error("cannot write %s '%s': it is a folder: check --%s", what, path,
+				 opt);
+	else if (!access(path, F_OK) && access(path, W_OK))
+		ret = gate_error("cannot write %s '%s': %s: check --%s", what, path,
+				 strerror(errno), opt);
+	free(dir);
+	return ret;
+}
+
 static int save(struct gate *g, const struct fanout_params *fp, struct fanout *first,
 		const char *path)
 {
@@ -1209,9 +1237,10 @@ static int save(struct gate *g, const struct fanout_params *fp, struct fanout *f
 	}
 	if (!g->a->quiet)
 		fprintf(stderr, "fleetq: gate: saved %zu metric%s, run %d (%d sample%s), %zu "
-				"nodes, %" PRId64 " ranks, to %s\n",
+				"node%s, %" PRId64 " rank%s, to %s\n",
 			g->nm, g->nm == 1 ? "" : "s", nruns, g->samples, g->samples == 1 ? "" : "s",
-			fp->nhosts, g->ranks, path);
+			fp->nhosts, fp->nhosts == 1 ? "" : "s", g->ranks, g->ranks == 1 ? "" : "s",
+			path);
 	ret = -1;
 out:
 	sqlite3_finalize(st);
@@ -1389,7 +1418,7 @@ static void failure_text(char *buf, size_t n, sqlite3_stmt *st, double tol)
 			 base, now, tol * 100);
 }
 
-static int print_junit(struct gate *g, int nfail)
+static int print_junit(struct gate *g, int nfail, FILE *f, const char *path)
 {
 	struct strbuf b = STRBUF_INIT;
 	sqlite3_stmt *st = NULL;
@@ -1458,9 +1487,25 @@ static int print_junit(struct gate *g, int nfail)
 	}
 	if (b.oom)
 		ret = gate_error("out of memory");
-	else if (fwrite(b.s, 1, b.len, stdout) != b.len || fflush(stdout))
-		ret = gate_error("cannot write the output: %s", strerror(errno));
+	else if (fwrite(b.s, 1, b.len, f) != b.len || fflush(f))
+		ret = gate_error("cannot write %s: %s", path, strerror(errno));
 	sb_release(&b);
+	return ret;
+}
+
+/* --junit FILE: the same comparison as the report, into FILE. */
+static int write_junit(struct gate *g, int nfail, const char *path)
+{
+	FILE *f = fopen(path, "w");
+	int ret;
+
+	if (!f)
+		return gate_error("cannot write junit file '%s': %s: check --junit", path,
+				  strerror(errno));
+	ret = print_junit(g, nfail, f, path);
+	if (fclose(f) && ret < 0)
+		ret = gate_error("cannot write junit file '%s': %s: check --junit", path,
+				 strerror(errno));
 	return ret;
 }
 
@@ -1470,6 +1515,9 @@ static int print_rows(sqlite3 *db, int format, const char *sql, const char *cov_
 	struct output *o = output_new(STDOUT_FILENO, format);
 	sqlite3_stmt *st = NULL;
 	struct wire_value v[16];
+
+	if (o && cov_json)
+		output_with_coverage(o);
 	const char *names[16];
 	int n, err = -ENOMEM;
 
@@ -1538,12 +1586,15 @@ static int summarize(struct gate *g, int quiet)
 	sqlite3_finalize(st);
 	if (!quiet) {
 		if (bad)
-			fprintf(stderr, "fleetq gate: %zu metrics, %d checks, %d regressed: %s%s\n",
-				g->nm, checks, bad, b.s ? b.s : "", bad > 3 ? "; ..." : "");
+			fprintf(stderr,
+				"fleetq gate: %zu metric%s, %d check%s, %d regressed: %s%s\n", g->nm,
+				g->nm == 1 ? "" : "s", checks, checks == 1 ? "" : "s", bad,
+				b.s ? b.s : "", bad > 3 ? "; ..." : "");
 		else
-			fprintf(stderr, "fleetq gate: %zu metrics, %d checks, none regressed "
-					"(tolerance %g%%, %" PRId64 " ranks)\n",
-				g->nm, checks, g->tol * 100, g->ranks);
+			fprintf(stderr, "fleetq gate: %zu metric%s, %d check%s, none regressed "
+					"(tolerance %g%%, %" PRId64 " rank%s)\n",
+				g->nm, g->nm == 1 ? "" : "s", checks, checks == 1 ? "" : "s",
+				g->tol * 100, g->ranks, g->ranks == 1 ? "" : "s");
 	}
 	sb_release(&b);
 	return bad;
@@ -1624,11 +1675,25 @@ int gate_main(const struct gate_args *a, struct fanout_params *fp)
 	size_t ok;
 	int ret, bad = 0, cexit;
 
+	if (a->save && a->baseline) {
+		ret = gate_error("--save and --baseline conflict: record a baseline (--save FILE) "
+				 "or compare with one (--baseline FILE), one at a time");
+		goto out;
+	}
 	if (!a->save == !a->baseline) {
 		ret = gate_error("say what to do: --save FILE (record a baseline) or --baseline "
 				 "FILE (compare with one)");
 		goto out;
 	}
+	/* A baseline that cannot be written must not cost the fleet a fan-out first. */
+	if (a->save && (ret = save_writable(a->save, "baseline", "save")) >= 0)
+		goto out;
+	if (a->junit && a->save) {
+		ret = gate_error("--junit reports a comparison: use it with --baseline");
+		goto out;
+	}
+	if (a->junit && (ret = save_writable(a->junit, "junit file", "junit")) >= 0)
+		goto out;
 	if (a->append && !a->save) {
 		ret = gate_error("--append goes with --save FILE: it adds this run to FILE");
 		goto out;
@@ -1683,7 +1748,7 @@ int gate_main(const struct gate_args *a, struct fanout_params *fp)
 	ret = FQ_EXIT_USAGE;
 	summary = coverage_summary(cov);
 	common = coverage_common_failure(cov);
-	if (a->format == FQ_FMT_JSON || a->format == FQ_FMT_NDJSON)
+	if ((a->format == FQ_FMT_JSON || a->format == FQ_FMT_NDJSON) && a->with_coverage)
 		cov_json = coverage_json(cov);
 	if (common)
 		fprintf(stderr, "fleetq: %s\n", common);
@@ -1747,12 +1812,14 @@ int gate_main(const struct gate_args *a, struct fanout_params *fp)
 		if (a->format == GATE_FMT_REPORT)
 			ret = print_report(&g);
 		else if (a->format == GATE_FMT_JUNIT)
-			ret = print_junit(&g, bad);
+			ret = print_junit(&g, bad, stdout, "the output");
 		else
 			ret = print_rows(g.db, a->format,
 					 "SELECT " GATE_COLS ", baseline_mad, baseline_samples FROM "
 					 "temp.gate ORDER BY rowid",
 					 cov_json);
+		if (ret < 0 && a->junit)
+			ret = write_junit(&g, bad, a->junit);
 		summarize(&g, a->quiet);
 	}
 	if (ret >= 0)

@@ -35,6 +35,8 @@ struct gate_args {
 	int quiet;
 	double min_coverage;
 	const char *fail_if; /* may be NULL */
+	const char *junit;   /* --junit FILE: the comparison as JUnit XML too, or NULL */
+	int with_coverage;   /* json, ndjson: the older shapes, with the coverage */
 	const char *version; /* fleetq's */
 };
 

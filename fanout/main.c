@@ -23,8 +23,10 @@
 #include "gate.h"
 #include "fqsql.h"
 #include "hostlist.h"
+#include "hostsel.h"
 #include "merge.h"
 #include "output.h"
+#include "params.h"
 #include "strbuf.h"
 
 #ifndef FLEETQ_VERSION
@@ -41,7 +43,8 @@ static const char usage_text[] =
 	"a table 'results' (first column: node) and prints them, or the result of\n"
 	"--merge over them. A coverage summary on stderr says which nodes answered.\n"
 	"SQL \"-\" reads the query from standard input. Options may also follow the\n"
-	"subcommand (fleetq stragglers -w gpu[01-04] --since 5m).\n"
+	"subcommand (fleetq stragglers -w 'gpu[01-04]' --since 5m). Quote hostlists:\n"
+	"the shell would expand gpu[01-04] to a file named gpu1 if there is one.\n"
 	"\n"
 	"subcommands:\n"
 	"  stragglers               rank the ranks that slow their communicators, and hung ones\n"
@@ -52,7 +55,11 @@ static const char usage_text[] =
 	"\n"
 	"hosts:\n"
 	"  --hosts FILE             one host[:port] or hostlist expression per line, # comments\n"
-	"  -w HOSTLIST              e.g. gpu[01-16,20], r[1-2]n[01-02], a,b[1-3], [::1]:7077\n"
+	"                           (FILE -: standard input)\n"
+	"  -w HOSTLIST              e.g. 'gpu[01-16,20]', 'r[1-2]n[01-02]', 'a,b[1-3]',\n"
+	"                           '[::1]:7077'; -w ^FILE: as --hosts FILE\n"
+	"  -x HOSTLIST              leave these hosts out (-x ^FILE: those of FILE); without\n"
+	"                           a port, on every port\n"
 	"                           (neither: $SLURM_JOB_NODELIST)\n"
 	"  --port N                 agent port when a host names none (default 7077)\n"
 	"\n"
@@ -66,7 +73,7 @@ static const char usage_text[] =
 	"                           $XDG_CACHE_HOME/fleetq, else ~/.cache/fleetq)\n"
 	"\n"
 	"fan-out:\n"
-	"  --fanout N               connections in flight at once (default 128)\n"
+	"  -f, --fanout N           connections in flight at once (default 128)\n"
 	"  --connect-timeout SEC    per node, until the agent's HELLO (default 5)\n"
 	"  --timeout SEC            deadline for the whole fan-out (default 30)\n"
 	"  --tree-width W           relay through agents: at most W groups, each sent to its\n"
@@ -77,10 +84,17 @@ static const char usage_text[] =
 	"\n"
 	"results:\n"
 	"  --merge SQL              run SQL over the merged table 'results' and print that\n"
-	"                           (table 'clock': node, offset_ns, rtt_ns, samples)\n"
+	"                           (table 'clock': node, offset_ns, rtt_ns, samples;\n"
+	"                           hostlist(node) folds node names into 'gpu[01-04,07]')\n"
+	"  --param NAME=VALUE       a value for the query's (and --merge's) parameter :NAME,\n"
+	"                           bound, never spliced into the SQL; numbers go as numbers,\n"
+	"                           'quoted' or other values as text (repeatable)\n"
 	"  --format FMT             table, csv, tsv, json, ndjson; junit (gate only)\n"
 	"                           (default: table on a terminal, else tsv; subcommands:\n"
-	"                           a report, unless --format is given)\n"
+	"                           a report, unless --format is given); json: an array of\n"
+	"                           objects keyed by column, ndjson: one a line\n"
+	"  --with-coverage          json and ndjson: also the coverage (json: one object with\n"
+	"                           columns, rows as arrays and coverage; ndjson: a last line)\n"
 	"  --fail-if SQL            after the merge, run SQL over 'results' and 'clock' (gate:\n"
 	"                           'gate', 'gate_now' and the trace tables); any row it returns\n"
 	"                           is printed on stderr and makes the exit status 1\n"
@@ -91,7 +105,8 @@ static const char usage_text[] =
 	"\n"
 	"stragglers and netcheck:\n"
 	"  --since DUR              window: the last DUR (30s, 5m, 2h; default 60s), on each\n"
-	"                           node's clock corrected by its offset; 'all' for all time\n"
+	"                           node's clock corrected by its offset; 'all' or 0 for all\n"
+	"                           time\n"
 	"  --job ID                 only processes of this job (SLURM_JOB_ID)\n"
 	"  --comm HASH              only this communicator (16 hex digits)\n"
 	"  --max-seqs N             per communicator, only its newest N sequence numbers inside\n"
@@ -106,6 +121,8 @@ static const char usage_text[] =
 	"  --append                 with --save: add this run to FILE (repeated clean runs\n"
 	"                           give the baseline its spread)\n"
 	"  --baseline FILE          compare with FILE; exit 1 when a metric regressed\n"
+	"  --junit FILE             with --baseline: also write the comparison to FILE as\n"
+	"                           JUnit XML (the same fan-out as the report and exit status)\n"
 	"  --metric NAME[:higher]=SQL  a metric: SQL over the merged trace tables (each with a\n"
 	"                           node column); last column the value, a 'rank' column makes\n"
 	"                           it per rank; :higher when larger is better (repeatable)\n"
@@ -132,6 +149,8 @@ static const char usage_text[] =
 	"  3  coverage below --min-coverage (timeouts, unreachable, SQL errors, truncation);\n"
 	"     for stragglers and netcheck also when no node answered\n"
 	"  0  every node answered (or at least --min-coverage of them), nothing found\n"
+	"  130  interrupted: the first Ctrl-C prints what arrived and exits 130, a second\n"
+	"     one ends fleetq at once\n"
 	"\n"
 	"See fleetq(1).\n";
 
@@ -181,6 +200,9 @@ enum {
 	OPT_MAD_K,
 	OPT_TREE_WIDTH,
 	OPT_NO_SESSION_CACHE,
+	OPT_PARAM,
+	OPT_JUNIT,
+	OPT_WITH_COVERAGE,
 };
 
 static const struct option long_opts[] = {
@@ -219,6 +241,9 @@ static const struct option long_opts[] = {
 	{ "samples", required_argument, NULL, OPT_SAMPLES },
 	{ "tolerance", required_argument, NULL, OPT_TOLERANCE },
 	{ "mad-k", required_argument, NULL, OPT_MAD_K },
+	{ "param", required_argument, NULL, OPT_PARAM },
+	{ "junit", required_argument, NULL, OPT_JUNIT },
+	{ "with-coverage", no_argument, NULL, OPT_WITH_COVERAGE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -238,6 +263,7 @@ static unsigned opt_cmds(int c)
 {
 	switch (c) {
 	case OPT_MERGE:
+	case OPT_PARAM:
 		return 1u << CMD_QUERY;
 	case OPT_SINCE:
 	case OPT_JOB:
@@ -256,6 +282,7 @@ static unsigned opt_cmds(int c)
 	case OPT_SAMPLES:
 	case OPT_TOLERANCE:
 	case OPT_MAD_K:
+	case OPT_JUNIT:
 		return 1u << CMD_GATE;
 	default:
 		return ~0u;
@@ -272,9 +299,12 @@ static unsigned opt_cmds(int c)
 
 struct query_opts {
 	struct fq_config flags;
-	const char **host_files, **host_exprs;
-	size_t nfiles, nexprs;
+	struct hostsel_arg *hsel; /* -w, -x, --hosts in order */
+	size_t nhsel, nfiles;
 	const char *merge;
+	const char **params; /* --param NAME=VALUE */
+	size_t nparams;
+	struct qparam *qp;
 	double min_coverage;
 	long long max_rows;
 	int insecure, quiet;
@@ -294,6 +324,18 @@ struct query_opts {
 	/* gate */
 	struct gate_args gate;
 };
+
+static int push_hostsel(struct query_opts *q, char kind, const char *text)
+{
+	struct hostsel_arg *a = realloc(q->hsel, (q->nhsel + 1) * sizeof(*a));
+
+	if (!a)
+		return -ENOMEM;
+	a[q->nhsel++] = (struct hostsel_arg){ kind, text };
+	q->hsel = a;
+	q->nfiles += kind == 'h' || text[0] == '^';
+	return 0;
+}
 
 static int push(const char ***arr, size_t *n, const char *s)
 {
@@ -364,8 +406,8 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 	opterr = 0;
 	/* 0, not 1: GNU getopt starts over (a second pass, another optstring). */
 	optind = 0;
-	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:qh" : "-:w:qh", long_opts, NULL)) !=
-	       -1) {
+	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:x:f:qh" : "-:w:x:f:qh", long_opts,
+				NULL)) != -1) {
 		if (c >= OPT_HOSTS && !(opt_cmds(c) & (cmd < 0 ? ~0u : 1u << cmd)))
 			return usage_error(
 				"option '--%s' does not apply to '%s': see fleetq --help",
@@ -382,12 +424,18 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 				return usage_error("out of memory");
 			break;
 		case 'w':
-			if (push(&q->host_exprs, &q->nexprs, optarg))
+		case 'x':
+		case OPT_HOSTS:
+			if (push_hostsel(q, c == OPT_HOSTS ? 'h' : (char)c, optarg))
 				return usage_error("out of memory");
 			break;
-		case OPT_HOSTS:
-			if (push(&q->host_files, &q->nfiles, optarg))
-				return usage_error("out of memory");
+		case 'f':
+			err = config_set(&q->flags, "fanout", optarg, &cause);
+			if (err) {
+				usage_error("-f: %s", cause ? cause : strerror(-err));
+				free(cause);
+				return FQ_EXIT_USAGE;
+			}
 			break;
 		case OPT_FORMAT:
 			/* junit is the gate's alone, not a config file format */
@@ -412,6 +460,10 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			break;
 		case OPT_MERGE:
 			q->merge = optarg;
+			break;
+		case OPT_PARAM:
+			if (push(&q->params, &q->nparams, optarg))
+				return usage_error("out of memory");
 			break;
 		case OPT_MIN_COVERAGE:
 			errno = 0;
@@ -504,6 +556,12 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 		case OPT_BASELINE:
 			q->gate.baseline = optarg;
 			break;
+		case OPT_JUNIT:
+			q->gate.junit = optarg;
+			break;
+		case OPT_WITH_COVERAGE:
+			q->gate.with_coverage = 1;
+			break;
 		case OPT_METRIC:
 			if (push(&q->gate.metrics, &q->gate.nmetrics, optarg))
 				return usage_error("out of memory");
@@ -583,26 +641,29 @@ static char *read_stdin(void)
 
 static int load_hosts(struct query_opts *q, struct hostlist *hl)
 {
-	const char *env;
+	const char *env = getenv("SLURM_JOB_NODELIST");
 	char *cause = NULL;
-	int err = 0;
+	int err, included, nx = 0;
 
-	for (size_t i = 0; i < q->nfiles && !err; i++)
-		err = hostlist_read_file(hl, q->host_files[i], &cause);
-	for (size_t i = 0; i < q->nexprs && !err; i++)
-		err = hostlist_push(hl, q->host_exprs[i], &cause);
-	if (!err && !q->nfiles && !q->nexprs) {
-		env = getenv("SLURM_JOB_NODELIST");
+	for (size_t i = 0; i < q->nhsel; i++)
+		nx += q->hsel[i].kind == 'x';
+	err = hostsel_load(hl, q->hsel, q->nhsel, &included, &cause);
+	if (!err && !included) {
 		if (!env || !*env)
 			return usage_error("no hosts: pass --hosts FILE or -w HOSTLIST, or run "
 					   "inside a Slurm job (SLURM_JOB_NODELIST)");
-		err = hostlist_push(hl, env, &cause);
+		/* the job's nodes, less those of -x */
+		if (push_hostsel(q, 'w', env))
+			return usage_error("out of memory");
+		err = hostsel_load(hl, q->hsel, q->nhsel, &included, &cause);
 	}
 	if (err) {
 		usage_error("%s", cause ? cause : strerror(-err));
 		free(cause);
 		return FQ_EXIT_USAGE;
 	}
+	if (!hostlist_count(hl) && nx)
+		return usage_error("no hosts: -x left none");
 	if (!hostlist_count(hl))
 		return usage_error("no hosts: the hosts file%s named none",
 				   q->nfiles > 1 ? "s" : "");
@@ -640,12 +701,13 @@ static void column_value(sqlite3_stmt *st, int i, struct wire_value *v)
  * read, print no rows). what names it in errors. Returns 0 or an exit status.
  */
 static int print_results(struct merge *m, struct output *out, const char *select_sql,
-			 const char *what, const char *cov_json)
+			 const char *what, const char *cov_json, struct query_opts *q)
 {
 	sqlite3 *db = merge_db(m);
 	sqlite3_stmt *st = NULL;
 	struct wire_value *vals = NULL;
 	const char **names = NULL;
+	char *cause = NULL;
 	int ncols = 0, rc = SQLITE_DONE, ret = 0, err = 0;
 
 	if (select_sql) {
@@ -656,6 +718,10 @@ static int print_results(struct merge *m, struct output *out, const char *select
 			goto out;
 		}
 		ncols = sqlite3_column_count(st);
+		if (q->nparams && qparams_bind(q->qp, q->nparams, st, &cause)) {
+			ret = usage_error("%s", cause);
+			goto out;
+		}
 	}
 	vals = calloc(ncols ? ncols : 1, sizeof(*vals));
 	names = calloc(ncols ? ncols : 1, sizeof(*names));
@@ -682,6 +748,7 @@ static int print_results(struct merge *m, struct output *out, const char *select
 		ret = FQ_EXIT_USAGE;
 	}
 out:
+	free(cause);
 	sqlite3_finalize(st);
 	free(vals);
 	free(names);
@@ -765,6 +832,34 @@ static int64_t realtime_now(void)
 
 #define FMT_REPORT (-1)
 
+/* The shells' status for a command ended by SIGINT: the same whether one Ctrl-C or two. */
+#define EXIT_INTERRUPTED 130
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+/*
+ * The first Ctrl-C ends the fan-out: what arrived is printed, the nodes still
+ * pending are "interrupted" in the coverage. SA_RESETHAND: the second one
+ * kills as usual. A SIGINT ignored by whoever started us stays ignored.
+ */
+static void catch_sigint(struct fanout_params *fp)
+{
+	struct sigaction sa = { .sa_handler = on_sigint, .sa_flags = SA_RESETHAND };
+	struct sigaction old;
+
+	if (sigaction(SIGINT, NULL, &old) || old.sa_handler == SIG_IGN)
+		return;
+	sigemptyset(&sa.sa_mask);
+	if (!sigaction(SIGINT, &sa, NULL))
+		fp->interrupt = &interrupted;
+}
+
 /*
  * Exit status of an analysis, first match wins: a hang (5), a finding (1),
  * then coverage as for queries (4, 3), and 3 also when no node answered at
@@ -800,6 +895,8 @@ static int run(int cmd, struct query_opts *q)
 	struct an_plan plan = { 0 };
 	struct an_findings fd = { 0 };
 	struct an_param np[5], mp[2];
+	struct wire_value *qvals = NULL;
+	size_t nqvals = 0;
 	const char **hosts = NULL;
 	char *cause = NULL, *sql_buf = NULL, *summary = NULL, *common = NULL, *cov_json = NULL;
 	char *sess_dir = NULL, window[96];
@@ -820,6 +917,13 @@ static int run(int cmd, struct query_opts *q)
 		goto out;
 	}
 	config_defaults(&conf);
+	/* Certificates named on the command line are meant to be used: say they are not. */
+	if (q->insecure && (q->flags.ca || q->flags.cert || q->flags.key)) {
+		usage_error("--insecure talks plaintext: --%s does not apply; drop one or the "
+			    "other",
+			    q->flags.ca ? "ca" : q->flags.cert ? "cert" : "key");
+		goto out;
+	}
 	if (q->junit && cmd != CMD_GATE) {
 		usage_error("--format junit applies to 'gate' only: use table, csv, tsv, json or "
 			    "ndjson");
@@ -915,12 +1019,26 @@ static int run(int cmd, struct query_opts *q)
 		q->sql = plan.node_sql;
 	}
 	if (q->sql && !strcmp(q->sql, "-")) {
+		if (hostsel_reads_stdin(q->hsel, q->nhsel)) {
+			usage_error("standard input cannot hold both the query (-) and the hosts "
+				    "(--hosts -): put one of them in a file");
+			goto out;
+		}
 		sql_buf = read_stdin();
 		if (!sql_buf || !*sql_buf) {
 			usage_error("no query on standard input");
 			goto out;
 		}
 		q->sql = sql_buf;
+	}
+	/* Named parameters get their values here, or a usage error before any fan-out. */
+	if (cmd == CMD_QUERY) {
+		err = qparams_setup(q->params, q->nparams, q->sql, q->merge != NULL, &q->qp,
+				    &qvals, &nqvals, &cause);
+		if (err) {
+			usage_error("%s", cause ? cause : strerror(-err));
+			goto out;
+		}
 	}
 	hl = hostlist_new();
 	if (!hl) {
@@ -956,13 +1074,14 @@ static int run(int cmd, struct query_opts *q)
 	fp.sql = cmd == CMD_PING ? NULL : q->sql;
 	fp.max_rows = q->max_rows;
 	fp.progress = isatty(STDERR_FILENO);
-	fp.params = plan.params;
-	fp.nparams = plan.nparams;
+	fp.params = cmd == CMD_QUERY ? qvals : plan.params;
+	fp.nparams = cmd == CMD_QUERY ? nqvals : plan.nparams;
 	fp.clock_param = plan.clock_param;
 	/* Clock samples cost a round trip each: only where clocks matter by default. */
 	fp.pings = q->pings >= 0 ? q->pings : cmd == CMD_QUERY ? 0 : 4;
 	if (cmd == CMD_PING && !fp.pings)
 		fp.pings = 1; /* a refused certificate shows only after HELLO */
+	catch_sigint(&fp);
 	if (cmd == CMD_GATE) {
 		/* Several fan-outs (one per trace table): gate.c runs them. */
 		fp.pings = q->pings >= 0 ? q->pings : 0;
@@ -970,6 +1089,8 @@ static int run(int cmd, struct query_opts *q)
 		goto out;
 	}
 	out = output_new(STDOUT_FILENO, format == FMT_REPORT ? FQ_FMT_TABLE : format);
+	if (out && q->gate.with_coverage)
+		output_with_coverage(out);
 	/*
 	 * A plain query prints its rows straight from the wire: SELECT * FROM results
 	 * would only give them back as they went in. The progress line shares a
@@ -1000,7 +1121,7 @@ static int run(int cmd, struct query_opts *q)
 	cov_json = coverage_json(cov);
 	summary = coverage_summary(cov);
 	common = coverage_common_failure(cov);
-	if (format != FQ_FMT_JSON && format != FQ_FMT_NDJSON) {
+	if ((format != FQ_FMT_JSON && format != FQ_FMT_NDJSON) || !q->gate.with_coverage) {
 		free(cov_json);
 		cov_json = NULL;
 	}
@@ -1016,7 +1137,7 @@ static int run(int cmd, struct query_opts *q)
 		ret = print_results(m, out, !merge_has_table(m) ? NULL
 					    : q->merge	    ? q->merge
 							    : "SELECT * FROM results",
-				    q->merge ? "--merge" : "merge database", cov_json);
+				    q->merge ? "--merge" : "merge database", cov_json, q);
 		break;
 	case CMD_PING:
 		ret = print_ping(fo, cov, out, hosts, fp.nhosts, cov_json);
@@ -1053,7 +1174,7 @@ static int run(int cmd, struct query_opts *q)
 					    merge_has_table(m)
 						    ? "SELECT * FROM temp.fq_analysis ORDER BY rowid"
 						    : NULL,
-					    plan.merge_origin, cov_json);
+					    plan.merge_origin, cov_json, q);
 	}
 	/* The gate's condition: over the merged rows, once they are all in. */
 	if (q->fail_if && !ret && merge_has_table(m)) {
@@ -1090,6 +1211,12 @@ static int run(int cmd, struct query_opts *q)
 		      : fail_rows ? FQ_EXIT_GATE
 				  : coverage_exit(cov, q->min_coverage);
 out:
+	if (interrupted && ret != FQ_EXIT_USAGE) {
+		fprintf(stderr, "fleetq: interrupted: printed what arrived (nodes still pending "
+				"are 'interrupted' in the coverage)\n");
+		ret = EXIT_INTERRUPTED;
+	}
+	free(qvals);
 	free(cause);
 	free(sql_buf);
 	free(sess_dir);
@@ -1152,8 +1279,8 @@ int main(int argc, char **argv)
 	}
 	if (cmd == CMD_QUERY) {
 		if (!npos) {
-			ret = usage_error("no query: pass the SQL to run, e.g. fleetq -w gpu[01-04] "
-					  "\"SELECT count(*) FROM collectives\"");
+			ret = usage_error("no query: pass the SQL to run, e.g. fleetq -w "
+					  "'gpu[01-04]' \"SELECT count(*) FROM collectives\"");
 			goto out;
 		}
 		if (npos > 1) {
@@ -1170,8 +1297,9 @@ int main(int argc, char **argv)
 	ret = run(cmd, &q);
 out:
 	free(pos);
-	free(q.host_files);
-	free(q.host_exprs);
+	free(q.hsel);
+	free(q.params);
+	free(q.qp);
 	free(q.comm);
 	free(q.gate.metrics);
 	config_release(&q.flags);

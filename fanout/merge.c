@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fqsql.h"
+#include "hostlist_sql.h"
 #include "strbuf.h"
 
 /* Row id = node index << ROW_BITS | row number. */
@@ -65,6 +66,8 @@ struct merge *merge_new(char **cause)
 		goto fail;
 	}
 	err = fqsql_register(m->db);
+	if (!err)
+		err = hostlist_sql_register(m->db);
 	if (err) {
 		if (asprintf(cause, "merge database: cannot register SQL functions: %s",
 			     strerror(-err)) < 0)

@@ -25,6 +25,7 @@ struct output {
 	/* table: every cell, NUL-terminated, one after another */
 	struct strbuf cells;
 	unsigned char *numeric; /* per column: every non-NULL value was a number */
+	int with_coverage; /* json, ndjson: the older shapes, with the coverage */
 };
 
 static const char *const format_names[] = {
@@ -49,6 +50,11 @@ struct output *output_new(int fd, int format)
 	o->fd = fd;
 	o->format = format;
 	return o;
+}
+
+void output_with_coverage(struct output *o)
+{
+	o->with_coverage = 1;
 }
 
 void output_free(struct output *o)
@@ -298,6 +304,10 @@ int output_begin(struct output *o, size_t ncols, const char *const *names)
 		sb_putc(&o->buf, '\n');
 		break;
 	case FQ_FMT_JSON:
+		if (!o->with_coverage) {
+			sb_putc(&o->buf, '[');
+			break;
+		}
 		sb_puts(&o->buf, "{\"columns\":[");
 		for (size_t i = 0; i < ncols; i++) {
 			if (i)
@@ -308,6 +318,21 @@ int output_begin(struct output *o, size_t ncols, const char *const *names)
 		break;
 	}
 	return o->buf.oom ? -ENOMEM : 0;
+}
+
+/* One row as an object keyed by column name, between open and close. */
+static void put_json_object(struct output *o, struct strbuf *b, const struct wire_value *vals,
+			    const char *open, const char *close)
+{
+	sb_puts(b, open);
+	for (size_t i = 0; i < o->ncols; i++) {
+		if (i)
+			sb_putc(b, ',');
+		sb_json_str(b, o->names[i], strlen(o->names[i]));
+		sb_putc(b, ':');
+		put_json_value(b, &vals[i]);
+	}
+	sb_puts(b, close);
 }
 
 int output_row(struct output *o, const struct wire_value *vals)
@@ -325,6 +350,10 @@ int output_row(struct output *o, const struct wire_value *vals)
 		sb_putc(b, '\n');
 		break;
 	case FQ_FMT_JSON:
+		if (!o->with_coverage) {
+			put_json_object(o, b, vals, o->nrows ? ",\n{" : "{", "}");
+			break;
+		}
 		sb_puts(b, o->nrows ? ",[" : "[");
 		for (size_t i = 0; i < o->ncols; i++) {
 			if (i)
@@ -334,15 +363,7 @@ int output_row(struct output *o, const struct wire_value *vals)
 		sb_putc(b, ']');
 		break;
 	case FQ_FMT_NDJSON:
-		sb_putc(b, '{');
-		for (size_t i = 0; i < o->ncols; i++) {
-			if (i)
-				sb_putc(b, ',');
-			sb_json_str(b, o->names[i], strlen(o->names[i]));
-			sb_putc(b, ':');
-			put_json_value(b, &vals[i]);
-		}
-		sb_puts(b, "}\n");
+		put_json_object(o, b, vals, "{", "}\n");
 		break;
 	case FQ_FMT_TABLE:
 		for (size_t i = 0; i < o->ncols; i++) {
@@ -450,6 +471,10 @@ int output_end(struct output *o, const char *coverage_json)
 			return o->err;
 		break;
 	case FQ_FMT_JSON:
+		if (!o->with_coverage) {
+			sb_puts(&o->buf, o->names ? "]\n" : "[]\n");
+			break;
+		}
 		if (!o->names)
 			sb_puts(&o->buf, "{\"columns\":[],\"rows\":[");
 		sb_puts(&o->buf, "]");
@@ -460,7 +485,7 @@ int output_end(struct output *o, const char *coverage_json)
 		sb_puts(&o->buf, "}\n");
 		break;
 	case FQ_FMT_NDJSON:
-		if (coverage_json) {
+		if (coverage_json && o->with_coverage) {
 			sb_puts(&o->buf, "{\"coverage\":");
 			sb_puts(&o->buf, coverage_json);
 			sb_puts(&o->buf, "}\n");

@@ -22,10 +22,20 @@ struct output;
 struct output *output_new(int fd, int format);
 void output_free(struct output *o);
 
+/*
+ * json and ndjson carry rows only by default, as objects keyed by column name
+ * (json: one array of them), so that a jq pipeline sees rows alone; the
+ * coverage is on stderr. With coverage (--with-coverage): json is one object
+ * {"columns":[...],"rows":[[...]],"coverage":{...}}, ndjson ends with a
+ * {"coverage":{...}} line. Call before output_begin().
+ */
+void output_with_coverage(struct output *o);
+
 int output_begin(struct output *o, size_t ncols, const char *const *names);
 /* ncols values; TEXT/BLOB bytes are copied or written before returning. */
 int output_row(struct output *o, const struct wire_value *vals);
-/* coverage_json: the object from coverage_json(), or NULL. Flushes. */
+/* coverage_json: the object from coverage_json(), or NULL; only written with
+ * output_with_coverage(). Flushes. */
 int output_end(struct output *o, const char *coverage_json);
 /* In-memory mode: everything written so far (owned by o). */
 const char *output_text(struct output *o);

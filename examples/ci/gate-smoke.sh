@@ -73,12 +73,16 @@ fi
 # shellcheck disable=SC2086 # GATE_OPTS is a list of options
 set -- "$@" ${GATE_OPTS:-}
 
-# 2. the gate: the side-by-side table into the log (or --report), junit for the CI's UI
-out=${report:-/dev/stdout}
+# JUnit for the CI's UI from the very fan-out that gives the exit status
+[ -n "$junit" ] && [ -z "$save" ] && set -- "$@" --junit "$junit"
+
+# 2. the gate: the side-by-side table into the job's log (our stdout, whatever it is: a
+# `> smoke.log 2>&1` must keep the smoke job's output), or into --report
 rc=0
-"$FLEETQ" "$@" >"$out" || rc=$?
-if [ -n "$junit" ] && [ -z "$save" ] && [ $rc != 2 ]; then
-	"$FLEETQ" "$@" --format junit -q >"$junit" || true
+if [ -n "$report" ]; then
+	"$FLEETQ" "$@" >"$report" || rc=$?
+else
+	"$FLEETQ" "$@" || rc=$?
 fi
 case $rc in
 0) echo "$prog: PASS (exit 0)" >&2 ;;

@@ -12,7 +12,7 @@ certs ca 127.0.0.1
 # nodes k = 1..4 hold ranks 2k-2 and 2k-1; view v names its column b on node 4 only.
 for k in 1 2 3 4; do
 	"$TRACEGEN" --out "$T/n$k.db" --node "n$k" --ranks 2 --rank-base $((2 * k - 2)) \
-		--nranks 8 --steps 40 >"$T/gen$k.log" 2>&1 || fail "fq-tracegen n$k"
+		--nranks 8 --steps 40 --start-ns 1700000000000000000 >"$T/gen$k.log" 2>&1 || fail "fq-tracegen n$k"
 	col=a
 	[ $k = 4 ] && col=b
 	sqlite3 "$T/n$k.db" "CREATE VIEW v AS SELECT rank AS $col FROM collectives" ||

@@ -8,7 +8,7 @@
 certs ca 127.0.0.1
 for k in 1 2 3; do
 	"$TRACEGEN" --out "$T/n$k.db" --node "n$k" --ranks 2 --rank-base $((2 * k - 2)) \
-		--nranks 6 --steps 30 >"$T/gen$k.log" 2>&1 || fail "fq-tracegen n$k"
+		--nranks 6 --steps 30 --start-ns 1700000000000000000 >"$T/gen$k.log" 2>&1 || fail "fq-tracegen n$k"
 done
 start_agent n1 "$T/n1.db" ca; P1=$PORT
 start_agent n2 "$T/n2.db" ca; P2=$PORT
@@ -103,7 +103,7 @@ expect_rc 3 "SQL error everywhere"
 	{ cat "$T/err" >&2; fail "the common SQL error is not said once"; }
 
 # 6. json carries the failures too.
-fq -w "127.0.0.1:[$P1,$DEAD]" --format json "$Q"
+fq -w "127.0.0.1:[$P1,$DEAD]" --format json --with-coverage "$Q"
 expect_rc 3 "json with a failure"
 python3 - "$T" "$DEAD" <<'PY' || fail "json coverage"
 import json, sys

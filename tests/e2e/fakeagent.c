@@ -16,6 +16,7 @@
  *       values    a well-behaved answer with values a real agent never sends (NaN,
  *                 -0.0, text with a NUL, invalid UTF-8, ...) and column names that
  *                 clash ("v", "V", "node", "", "v_2", "w")
+ *       stall     HELLO, takes the query, never answers (until the client closes)
  * One connection at a time, forever; the test kills it.
  */
 #include <arpa/inet.h>
@@ -161,6 +162,14 @@ static void serve(int fd, const char *mode)
 	wire_buf_reset(&b);
 	if (read_frame(fd))
 		goto out;
+	if (!strcmp(mode, "stall")) {
+		/* took the query, never answers: until the client goes */
+		char c;
+
+		while (read(fd, &c, 1) > 0)
+			;
+		goto out;
+	}
 	if (!strcmp(mode, "values")) {
 		static const char *const vcols[] = { "v", "V", "node", "", "v_2", "w" };
 

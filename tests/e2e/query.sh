@@ -8,7 +8,7 @@
 certs ca 127.0.0.1 localhost
 for k in 1 2 3 4; do
 	"$TRACEGEN" --out "$T/n$k.db" --node "n$k" --ranks 2 --rank-base $((2 * k - 2)) \
-		--nranks 8 --steps 40 --slow-rank 5 --slow-pct 30 >"$T/gen$k.log" 2>&1 ||
+		--nranks 8 --steps 40 --start-ns 1700000000000000000 --slow-rank 5 --slow-pct 30 >"$T/gen$k.log" 2>&1 ||
 		fail "fq-tracegen n$k"
 done
 start_agent n1 "$T/n1.db" ca; P1=$PORT
@@ -90,8 +90,24 @@ fq --hosts "$T/hosts" --format tsv \
 expect_rc 0 "per-rank merge"
 [ "$(tail -n 1 "$T/out")" = 5 ] || fail "slowest rank by busy gap is '$(tail -n 1 "$T/out")', want 5"
 
-# 4. json and ndjson carry the rows and the coverage.
+# 4. json and ndjson: rows only, objects keyed by column (jq sees rows alone)...
 fq --hosts "$T/hosts" --format json "$Q"
+expect_rc 0 "json rows"
+python3 - "$T" <<'PY' || fail "json rows: $(head -c 300 "$T/out")"
+import json, sys
+t = sys.argv[1]
+d = json.load(open(f"{t}/out"))
+want = sum(1 for _ in open(f"{t}/want"))
+assert isinstance(d, list) and len(d) == want, (type(d), len(d), want)
+assert list(d[0]) == ["node", "rank", "seq", "op", "comm_hash", "dur_ns", "busy_ns", "peer"], d[0]
+assert isinstance(d[0]["seq"], int)
+PY
+expect_err "coverage: 4/4 nodes ok"
+fq --hosts "$T/hosts" --format ndjson "$Q"
+[ "$(grep -c '"coverage"' "$T/out")" = 0 ] || fail "ndjson: a coverage line without --with-coverage"
+[ "$(grep -c . "$T/out")" = "$(grep -c . "$T/want")" ] || fail "ndjson: not one line a row"
+# ... and with --with-coverage, the rows as arrays and the coverage.
+fq --hosts "$T/hosts" --format json --with-coverage "$Q"
 expect_rc 0 "json"
 python3 - "$T" <<'PY' || fail "json output"
 import json, sys
@@ -104,7 +120,7 @@ assert d["coverage"]["total"] == 4 and d["coverage"]["ok"] == 4, d["coverage"]
 assert d["coverage"]["failures"] == []
 assert isinstance(d["rows"][0][2], int)
 PY
-fq --hosts "$T/hosts" --format ndjson "$Q"
+fq --hosts "$T/hosts" --format ndjson --with-coverage "$Q"
 expect_rc 0 "ndjson"
 python3 - "$T" <<'PY' || fail "ndjson output"
 import json, sys

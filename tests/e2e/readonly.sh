@@ -7,7 +7,7 @@
 certs ca 127.0.0.1
 for k in 1 2 3 4; do
 	"$TRACEGEN" --out "$T/n$k.db" --node "n$k" --ranks 1 --rank-base $((k - 1)) \
-		--nranks 4 --steps 20 >"$T/gen$k.log" 2>&1 || fail "fq-tracegen n$k"
+		--nranks 4 --steps 20 --start-ns 1700000000000000000 >"$T/gen$k.log" 2>&1 || fail "fq-tracegen n$k"
 done
 HL=
 for k in 1 2 3 4; do

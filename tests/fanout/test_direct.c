@@ -125,6 +125,13 @@ int main(void)
 		struct direct *d = direct_new(o, 3, hosts, 0);
 
 		CHECK(direct_end(d, "{}") == 0);
+		CHECK_STR(output_text(o), "[]\n");
+		direct_free(d);
+		output_free(o);
+		o = output_new(-1, FQ_FMT_JSON);
+		output_with_coverage(o);
+		d = direct_new(o, 3, hosts, 0);
+		CHECK(direct_end(d, "{}") == 0);
 		CHECK_STR(output_text(o), "{\"columns\":[],\"rows\":[],\"coverage\":{}}\n");
 		direct_free(d);
 		output_free(o);

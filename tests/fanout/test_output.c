@@ -43,6 +43,8 @@ static char *render(int format, const char *cov)
 	struct output *o = output_new(-1, format);
 	char *s;
 
+	if (cov)
+		output_with_coverage(o);
 	CHECK(!output_begin(o, 3, names));
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		CHECK(!output_row(o, rows[i]));
@@ -89,6 +91,17 @@ static void test_formats(void)
 		     "{\"node\":\"\\u0001\xc3\xa9\\ufffd\",\"v\":-2.5e-300,\"w\":\"Infinity\"}\n"
 		     "{\"coverage\":{\"total\":1}}\n");
 	free(s);
+	/* by default rows only, objects keyed by column: what jq pipelines want */
+	s = render(FQ_FMT_JSON, NULL);
+	CHECK_STR(s, "[{\"node\":\"gpu01\",\"v\":-9223372036854775808,\"w\":0.1},\n"
+		     "{\"node\":\"a,b\",\"v\":\"say \\\"hi\\\"\\r\\n\",\"w\":null},\n"
+		     "{\"node\":\"tab\\there\",\"v\":\"back\\\\slash\\nnl\",\"w\":\"00ff10\"},\n"
+		     "{\"node\":\"\",\"v\":9223372036854775807,\"w\":1.0},\n"
+		     "{\"node\":\"\\u0001\xc3\xa9\\ufffd\",\"v\":-2.5e-300,\"w\":\"Infinity\"}]\n");
+	free(s);
+	s = render(FQ_FMT_NDJSON, NULL);
+	CHECK(s && !strstr(s, "coverage") && strlen(s) > 0 && s[strlen(s) - 2] == '}');
+	free(s);
 	s = render(FQ_FMT_TABLE, NULL);
 	CHECK_STR(s, "node       v                     w\n"
 		     "---------  --------------------  ---------\n"
@@ -122,9 +135,19 @@ static void test_empty(void)
 {
 	struct output *o = output_new(-1, FQ_FMT_JSON);
 
+	output_with_coverage(o);
 	CHECK(!output_begin(o, 0, NULL));
 	CHECK(!output_end(o, "{}"));
 	CHECK_STR(output_text(o), "{\"columns\":[],\"rows\":[],\"coverage\":{}}\n");
+	output_free(o);
+	o = output_new(-1, FQ_FMT_JSON);
+	CHECK(!output_begin(o, 0, NULL));
+	CHECK(!output_end(o, "{}"));
+	CHECK_STR(output_text(o), "[]\n");
+	output_free(o);
+	o = output_new(-1, FQ_FMT_NDJSON);
+	CHECK(!output_end(o, "{}"));
+	CHECK_STR(output_text(o), "");
 	output_free(o);
 }
 
@@ -197,6 +220,32 @@ static void test_coverage(void)
 	CHECK(coverage_exit(c, 1.0) == FQ_EXIT_COVERAGE);
 	coverage_set(c, 1, FQ_SQL, 0, "other");
 	CHECK(!coverage_common_failure(c));
+	coverage_free(c);
+
+	/* a reason that names each node's host is one reason */
+	c = coverage_new(3, hosts);
+	coverage_set(c, 0, FQ_UNREACHABLE, 0, "cannot resolve 'gpu01'");
+	coverage_set(c, 1, FQ_UNREACHABLE, 0, "cannot resolve 'gpu02'");
+	coverage_set(c, 2, FQ_UNREACHABLE, 0, "cannot resolve 'gpu01'");
+	s = coverage_summary(c);
+	CHECK_STR(s, "coverage: 0/3 nodes ok, 0 rows; unreachable: gpu[01-02] (cannot resolve "
+		     "'<host>'); unreachable: gpu03 (cannot resolve 'gpu01')");
+	free(s);
+	coverage_free(c);
+
+	/* plain English for two nodes and for one */
+	c = coverage_new(2, hosts);
+	coverage_set(c, 0, FQ_TLS, 0, "x");
+	coverage_set(c, 1, FQ_TLS, 0, "x");
+	s = coverage_common_failure(c);
+	CHECK_STR(s, "tls on both nodes: x");
+	free(s);
+	coverage_free(c);
+	c = coverage_new(1, hosts);
+	coverage_set(c, 0, FQ_TLS, 0, "x");
+	s = coverage_common_failure(c);
+	CHECK_STR(s, "tls on 1 node: x");
+	free(s);
 	coverage_free(c);
 }
 

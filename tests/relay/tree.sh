@@ -103,6 +103,8 @@ fq -w "$H2" --tree-width 2 --format tsv "$Q"
 expect_rc 3 "dead leaf"
 expect_err "coverage: 5/6 nodes ok"
 expect_err "unreachable: 127.0.0.1:$DEAD"
+# the relay that could not reach it is named
+expect_err "unreachable: 127.0.0.1:$DEAD (relay 127.0.0.1:$P0: "
 for k in 0 2 3 4 5; do
 	eval "p=\$P$k"
 	want=$(sqlite3 "$T/n$k.db" "SELECT count(*) FROM collectives")
@@ -116,6 +118,7 @@ start_agent evil "$T/n1.db" evil; EVIL=$PORT
 fq -w "127.0.0.1:$P0,127.0.0.1:$P2,127.0.0.1:$EVIL" --tree-width 1 --format tsv "$Q"
 expect_rc 4 "leaf with another CA"
 expect_err "tls: 127.0.0.1:$EVIL"
+expect_err "tls: 127.0.0.1:$EVIL (relay 127.0.0.1:$P0: relay 127.0.0.1:$P2: "
 expect_err "coverage: 2/3 nodes ok"
 
 # 5. a relay that refuses nothing but is not allowed by the leaves: tls for them.

@@ -21,7 +21,7 @@ scenario() {
 	: >"$T/$sc.hosts"
 	for n in 0 1; do
 		"$TRACEGEN" --out "$T/$sc-$n.db" --node "n$n" --ranks 4 --rank-base $((n * 4)) \
-			--nranks 8 --steps 300 --job-id gate --seed 7 "$@" >>"$T/tracegen.log" 2>&1 ||
+			--nranks 8 --steps 300 --job-id gate --seed 7 --start-ns 1700000000000000000 "$@" >>"$T/tracegen.log" 2>&1 ||
 			fail "fq-tracegen $sc node $n failed"
 		start_agent "$sc-n$n" "$T/$sc-$n.db" --no-trace
 		echo "127.0.0.1:$PORT" >>"$T/$sc.hosts"

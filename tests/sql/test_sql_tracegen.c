@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "check.h"
 #include "fqsql.h"
@@ -149,6 +150,7 @@ static void test_single_node(void)
 static void test_multi_node(void)
 {
 	const char *job = "--nranks 4 --steps 100 --slow-rank 3 --slow-pct 10 --seed 11 "
+			  "--start-ns 1700000000000000000 "
 			  "--comm-hash 00112233445566AA";
 	char args[512], path[1024], *err = NULL;
 	sqlite3 *db;
@@ -234,6 +236,33 @@ static void test_hang(void)
 	fqsql_close(db);
 }
 
+/* A trace without --start-ns ends about now (so `--since 5m` finds it), or at --end. */
+static void test_end(void)
+{
+	int64_t now = (int64_t)time(NULL), end;
+	char args[256];
+	sqlite3 *db;
+
+	CHECK(tracegen("now.db", "--node n --ranks 2 --steps 100 --slow-rank 1 --slow-pct 20") ==
+		      0,
+	      "fq-tracegen failed");
+	db = open_trace("now.db");
+	end = q(db, "SELECT max(ts_ns + dur_ns) / 1000000000 FROM cuda_calls");
+	CHECK(end >= now - 2 && end <= now + 2, "default end %lld, now %lld", (long long)end,
+	      (long long)now);
+	fqsql_close(db);
+	snprintf(args, sizeof(args), "--node n --ranks 2 --steps 100 --end %lld",
+		 (long long)now - 3600);
+	CHECK(tracegen("end.db", args) == 0, "fq-tracegen --end failed");
+	db = open_trace("end.db");
+	end = q(db, "SELECT max(ts_ns + dur_ns) / 1000000000 FROM cuda_calls");
+	CHECK(end >= now - 3602 && end <= now - 3598, "--end: end %lld", (long long)end);
+	fqsql_close(db);
+	CHECK(tracegen("bad.db", "--node x --ranks 2 --steps 5 --end 1 --start-ns 1 2>/dev/null") ==
+		      2,
+	      "--end with --start-ns");
+}
+
 static void test_bad_args(void)
 {
 	CHECK(tracegen("bad.db", "--node x --ranks 0 --steps 1 2>/dev/null") == 2, "--ranks 0");
@@ -257,6 +286,7 @@ int main(int argc, char **argv)
 	test_single_node();
 	test_multi_node();
 	test_hang();
+	test_end();
 	test_bad_args();
 	return check_done("test_sql_tracegen");
 }

@@ -36,7 +36,7 @@ expect_err "coverage: 4/4 nodes ok"
 
 # global options before the subcommand work the same
 "$FLEETQ" --ca "$T/ca/ca.crt" --cert "$T/ca/client.crt" --key "$T/ca/client.key" \
-	-w "$HOSTS" stragglers --since 2m --format json >"$T/out" 2>"$T/err"
+	-w "$HOSTS" stragglers --since 2m --format json --with-coverage >"$T/out" 2>"$T/err"
 RC=$?
 expect_rc 0 "clean job, json"
 python3 -c '
@@ -102,7 +102,7 @@ SLOWPORT=$(cat "$T/slow1.port")
 [ "$SLOWNODE" = "127.0.0.1:$SLOWPORT" ] || fail "rank 6 is on node1 ($SLOWPORT), not $SLOWNODE"
 grep -q "cost: peers lost [0-9.]* GPU-seconds" "$T/out" || fail "no cost: $(cat "$T/out")"
 expect_err "1 straggler (first: rank 6 on "
-fq -w "$HOSTS" stragglers --since 2m --format ndjson
+fq -w "$HOSTS" stragglers --since 2m --format ndjson --with-coverage
 expect_rc 1 "slow rank, ndjson"
 head -n 1 "$T/out" | grep -q '"rank":6,' || fail "ndjson: $(head -n 1 "$T/out")"
 tail -n 1 "$T/out" | grep -q '^{"coverage":{"total":4,"ok":4' || fail "ndjson coverage"

@@ -39,7 +39,7 @@ struct opts {
 	const char *job_id;
 	char comm_hash[17];
 	int ranks, rank_base, nranks, launches, wal;
-	int64_t steps, hang_at, start_ns, step_ns;
+	int64_t steps, hang_at, start_ns, step_ns, end_s;
 	int slow_rank, hang_rank;
 	double slow_pct;
 	int kernels, gpu_slow_rank;
@@ -59,10 +59,13 @@ struct opts {
 static const char usage[] =
 	"usage: fq-tracegen --out FILE --node NAME --ranks R --steps S [--rank-base B]\n"
 	"                   [--nranks N] [--comm-hash HEX16] [--slow-rank R --slow-pct P]\n"
-	"                   [--hang-rank R --hang-at SEQ] [--seed N] [--start-ns T]\n"
+	"                   [--hang-rank R --hang-at SEQ] [--seed N] [--end SEC | --start-ns T]\n"
 	"                   [--step-ns NS] [--launches K] [--job-id ID] [--wal]\n"
 	"Writes ranks B..B+R-1 of an N-rank job (default N = B + R) running S steps.\n"
 	"Generate every node with the same job arguments and its own --node/--rank-base.\n"
+	"  --end SEC                   the job ends at about SEC, in seconds since the epoch\n"
+	"                              (default: now); give every node of one job the same\n"
+	"  --start-ns T                the job starts at T, in ns since the epoch\n"
 	"  --slow-rank R --slow-pct P  rank R spends P%% of a step longer on-CPU per step\n"
 	"  --hang-rank R --hang-at SEQ rank R never enqueues collective SEQ; its peers do\n"
 	"                              and wait in cudaStreamSynchronize until the end\n"
@@ -104,9 +107,23 @@ static int64_t parse_i64(const char *name, const char *s, int64_t min)
 	return v;
 }
 
+/*
+ * The job ends at about --end (default: now), so that a newcomer's
+ * `--since 5m` finds it: a step lasts --step-ns plus the slow rank's extra
+ * time. Whole seconds, so that nodes generated with one --end line up.
+ */
+static int64_t default_start(const struct opts *o)
+{
+	int64_t end = o->end_s >= 0 ? o->end_s : (int64_t)time(NULL);
+	double step = o->step_ns * (1 + o->slow_pct / 100.0) + ENQ_NS + 10000;
+
+	return end * 1000000000ll - (int64_t)(step * (double)o->steps);
+}
+
 static void parse(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
+		{ "end", 1, 0, 'E' },
 		{ "out", 1, 0, 'o' },	    { "node", 1, 0, 'n' },	{ "ranks", 1, 0, 'r' },
 		{ "rank-base", 1, 0, 'b' }, { "nranks", 1, 0, 'N' },	{ "steps", 1, 0, 's' },
 		{ "comm-hash", 1, 0, 'c' }, { "slow-rank", 1, 0, 'S' }, { "slow-pct", 1, 0, 'p' },
@@ -126,7 +143,8 @@ static void parse(int argc, char **argv, struct opts *o)
 	o->slow_rank = o->hang_rank = o->gpu_slow_rank = -1;
 	o->hang_at = -1;
 	o->seed = 1;
-	o->start_ns = 1700000000000000000ll;
+	o->start_ns = -1;
+	o->end_s = -1;
 	o->step_ns = 50000000;
 	o->launches = 2;
 	o->job_id = "4242";
@@ -153,6 +171,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'e': o->seed = (uint64_t)parse_i64("seed", optarg, 0); break;
 		case 't': o->start_ns = parse_i64("start-ns", optarg, 0); break;
 		case 'T': o->step_ns = parse_i64("step-ns", optarg, 1000000); break;
+		case 'E': o->end_s = parse_i64("end", optarg, 0); break;
 		case 'L': o->launches = (int)parse_i64("launches", optarg, 0); break;
 		case 'j': o->job_id = optarg; break;
 		case 'w': o->wal = 1; break;
@@ -194,6 +213,12 @@ static void parse(int argc, char **argv, struct opts *o)
 			"--hang-at below --steps\n");
 		exit(2);
 	}
+	if (o->start_ns >= 0 && o->end_s >= 0) {
+		fprintf(stderr, "fq-tracegen: give --end or --start-ns, not both\n");
+		exit(2);
+	}
+	if (o->start_ns < 0)
+		o->start_ns = default_start(o);
 	if (hash) {
 		if (strlen(hash) != 16 || strspn(hash, "0123456789abcdefABCDEF") != 16) {
 			fprintf(stderr, "fq-tracegen: --comm-hash '%s': give 16 hex digits\n", hash);
