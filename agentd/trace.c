@@ -1246,6 +1246,8 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 		if (!t->gpu)
 			tlog("GPU sampling %s", why ? why : "off");
 		free(why);
+		/* meta 'gpu_status' committed before the first HELLO can read it */
+		store_flush(t->store);
 	}
 	free(scope_dir);
 	/* loading parsed the kernel's BTF (megabytes, freed since): give it back to the OS */
