@@ -21,6 +21,7 @@ struct gpu_sampler_stats {
 	int64_t last_ns;       /* cost of the last one (all GPUs), CLOCK_MONOTONIC ns */
 	int64_t min_ns, max_ns, total_ns;
 	int64_t failed_calls;  /* NVML calls that failed (their column stored NULL) */
+	int64_t nvlink_ns;     /* the last NVLink counter read of one GPU (within a sample) */
 	int64_t mappings;      /* process_gpus rows emitted */
 };
 

@@ -84,9 +84,10 @@ for r in q("""SELECT p.rank, p.local_rank, p.pid, pg.source, pg.gpu_index
               FROM process_gpus pg JOIN processes p ON p.pid = pg.pid AND p.start_ns = pg.start_ns
               ORDER BY p.rank, pg.source"""):
     print("  rank %s (local %s, pid %s): %s -> GPU %s" % r)
-print("cost of one sample of every GPU: mean %s ns, max %s ns over %s samples "
-      "(%s NVML calls failed)" % (meta.get("gpu_sample_ns"), meta.get("gpu_sample_max_ns"),
-                                  meta.get("gpu_samples"), meta.get("gpu_failed_calls")))
+print("cost of one sample of every GPU: mean %s ns, min %s ns, max %s ns over %s samples "
+      "(%s NVML calls failed); one GPU's NVLink counters: %s ns"
+      % (meta.get("gpu_sample_ns"), meta.get("gpu_sample_min_ns"), meta.get("gpu_sample_max_ns"),
+         meta.get("gpu_samples"), meta.get("gpu_failed_calls"), meta.get("gpu_nvlink_read_ns")))
 if n != ngpu:
     sys.exit("not every GPU was sampled")
 PY

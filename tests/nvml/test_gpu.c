@@ -192,9 +192,10 @@ static void test_sample(void)
 	CHECK_I64(got->r[1].sm_clock_mhz, 1980);
 	CHECK_I64(got->r[1].temp_c, 45);
 	CHECK_I64(got->r[0].power_mw, 300000);
-	/* 18 links, one replay each; GPU 3 has no NVLink */
+	/* 18 links, one replay each; GPU 3 has no NVLink; slow to read: one GPU per sample */
 	CHECK_I64(got->r[0].nvlink_replay, 18);
 	CHECK_I64(got->r[0].nvlink_crc, 0);
+	CHECK_I64(got->r[1].nvlink_replay, REC_NULL);
 	CHECK_I64(got->r[3].nvlink_replay, REC_NULL);
 	CHECK_I64(got->r[3].nvlink_recovery, REC_NULL);
 	/* XID 79 on GPU 3 */
@@ -212,6 +213,9 @@ static void test_sample(void)
 	CHECK_I64(got->r[1].power_mw, 300000);
 	CHECK_I64(got->r[2].sm_clock_mhz, 1980);
 	CHECK_I64(got->r[3].xid_count, 1);
+	CHECK_I64(got->r[0].nvlink_replay, 18); /* the last value, not read again */
+	CHECK_I64(got->r[1].nvlink_replay, 18);
+	CHECK_I64(got->r[2].nvlink_replay, REC_NULL);
 
 	/* the cost of one sample of 4 fake GPUs: our side of it (bench/gpu/nvml.sh: real GPUs) */
 	for (int i = 0; i < 1000; i++) {
