@@ -1042,7 +1042,7 @@ static int retain_before(struct store *s, int64_t cutoff, bool *more)
 	char sql[256];
 	int rc = SQLITE_OK;
 
-	for (size_t i = 0; i < N_TS_TABLES + 2 && rc == SQLITE_OK; i++) {
+	for (size_t i = 0; i < N_TS_TABLES + 3 && rc == SQLITE_OK; i++) {
 		sqlite3_stmt *st;
 		int n;
 
@@ -1055,9 +1055,15 @@ static int retain_before(struct store *s, int64_t cutoff, bool *more)
 			/* a comm still alive describes collectives that are kept: keep it */
 			snprintf(sql, sizeof(sql),
 				 "DELETE FROM comms WHERE destroyed_ns < ?1");
-		else
+		else if (i == N_TS_TABLES + 1)
 			snprintf(sql, sizeof(sql),
 				 "DELETE FROM processes WHERE exit_ns < ?1");
+		else
+			/* after processes: the GPUs of processes no longer described */
+			snprintf(sql, sizeof(sql),
+				 "DELETE FROM process_gpus WHERE ts_ns < ?1 AND NOT EXISTS "
+				 "(SELECT 1 FROM processes p WHERE p.pid = process_gpus.pid AND "
+				 "p.start_ns = process_gpus.start_ns)");
 		rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
 		if (rc != SQLITE_OK)
 			break;

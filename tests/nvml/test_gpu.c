@@ -458,6 +458,55 @@ static void test_v3_file(const char *dir)
 	unlink(path);
 }
 
+/* Retention: old samples go; a process's GPUs go with its processes row, not before. */
+static void test_retain(const char *dir)
+{
+	struct store_opts o = { .node = "n", .batch_ms = 20, .retain_age_s = 3600 };
+	struct rec r = { .kind = REC_PROCESS };
+	int64_t now = (int64_t)time(NULL) * 1000000000LL, old = now - 7200 * 1000000000LL;
+	char path[512], *cause = NULL;
+	struct store *s;
+	sqlite3 *db;
+
+	snprintf(path, sizeof(path), "%s/retain.db", dir);
+	o.path = path;
+	s = store_open(&o, &cause);
+	if (!s)
+		DIE("store_open %s: %s", path, cause ? cause : "?");
+	for (int pid = 5; pid <= 6; pid++) {
+		r.kind = REC_PROCESS;
+		memset(&r.u.process, 0, sizeof(r.u.process));
+		r.u.process.pid = pid;
+		r.u.process.start_ns = old;
+		/* 5 exited two hours ago, 6 runs */
+		r.u.process.exit_ns = pid == 5 ? old + 1 : REC_NULL;
+		r.u.process.exit_code = r.u.process.ppid = r.u.process.cgroup_id = REC_NULL;
+		r.u.process.rank = r.u.process.local_rank = r.u.process.world_size = REC_NULL;
+		CHECK_I64(store_put(s, &r), 0);
+		r.kind = REC_PROCESS_GPU;
+		r.u.process_gpu = (struct rec_process_gpu){ .ts_ns = old, .pid = pid, .start_ns = old,
+							    .gpu_index = 0, .gpu_uuid = "GPU-x",
+							    .source = "nvml" };
+		CHECK_I64(store_put(s, &r), 0);
+	}
+	r.kind = REC_GPU;
+	memset(&r.u.gpu, 0, sizeof(r.u.gpu));
+	r.u.gpu.ts_ns = old;
+	CHECK_I64(store_put(s, &r), 0);
+	r.u.gpu.ts_ns = now;
+	CHECK_I64(store_put(s, &r), 0);
+	CHECK_I64(store_flush(s), 0);
+	CHECK_I64(store_retain_now(s), 0);
+	store_close(s);
+	db = test_reader(path);
+	CHECK_I64(test_i64(db, "SELECT group_concat(pid) FROM process_gpus"), 6);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM gpu_samples"), 1);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE ts_ns = "
+			       "(SELECT max(ts_ns) FROM gpu_samples) AND ts_ns > 0"), 1);
+	sqlite3_close(db);
+	unlink(path);
+}
+
 int main(int argc, char **argv)
 {
 	char *dir;
@@ -475,6 +524,7 @@ int main(int argc, char **argv)
 	test_map();
 	test_thread(dir);
 	test_v3_file(dir);
+	test_retain(dir);
 	test_rmrf(dir);
 	if (test_failures) {
 		fprintf(stderr, "%d check(s) failed\n", test_failures);
