@@ -10,9 +10,8 @@
 #include <stdint.h>
 #include <sqlite3.h>
 
-/* 2: collectives, cuda_calls, offcpu, tcp_retransmits keyed by ts_ns (docs/schema.md)
- * 4: gpu_samples and process_gpus (new tables: a version 3 file gains them in place) */
-#define FQSQL_SCHEMA_VERSION 4
+/* 2: collectives, cuda_calls, offcpu, tcp_retransmits keyed by ts_ns (docs/schema.md) */
+#define FQSQL_SCHEMA_VERSION 3
 
 /* Registers median(x), percentile(x, p), p50/p90/p95/p99/p999(x), mad(x),
  * robust_z(x, median, mad) and friends on db. Returns 0 or -errno. */

@@ -87,12 +87,8 @@ int fqsql_schema_apply(sqlite3 *db, char **cause)
 			sqlite3_free(err);
 			goto out;
 		}
-		version = 3;
+		version = FQSQL_SCHEMA_VERSION;
 	}
-	/* Version 4 only adds tables (gpu_samples, process_gpus): the schema script below
-	 * creates them in a version 3 file, whose rows stay. */
-	if (version == 3)
-		version = 4;
 	if (version && version < FQSQL_SCHEMA_VERSION) {
 		/* tables of another shape under the same names: never mix the two */
 		ret = set_cause(cause, -ESTALE,

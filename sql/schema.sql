@@ -134,8 +134,9 @@ CREATE TABLE IF NOT EXISTS nccl_groups (
 );
 CREATE INDEX IF NOT EXISTS nccl_groups_ts ON nccl_groups (ts_ns);
 
--- Version 4: GPU health from NVML (agentd --gpu-interval) and which GPUs each traced process
--- uses. Both tables are new, so a version 3 file gains them in place.
+-- GPU health from NVML (agentd --gpu-interval) and which GPUs each traced process uses. Both
+-- tables are new: a file made before them gains them when agentd opens it (no column of
+-- another table changes, so the schema version does not either).
 
 -- One row per GPU per sample. Every column but ts_ns and gpu_index is NULL when NVML does not
 -- offer the value on this GPU or its call failed (the rest of the sample is kept).

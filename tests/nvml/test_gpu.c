@@ -4,8 +4,8 @@
  * every GPU sampled, a throttled GPU's clock and reasons, a failing call that
  * costs one column and not the row, XIDs counted; processes mapped to GPUs by
  * the driver's list, by LOCAL_RANK and by CUDA_VISIBLE_DEVICES; no library at
- * all; the sampling thread writing through the store at its interval; and a
- * version 3 trace file gaining the GPU tables in place.
+ * all; the sampling thread writing through the store at its interval; a trace
+ * file made before the GPU tables gaining them in place; retention.
  *
  * argv[1]: the fake library's path.
  */
@@ -420,22 +420,22 @@ static void test_thread(const char *dir)
 	free(cause);
 }
 
-/* A version 3 file (before the GPU tables) gains them and keeps its rows. */
-static void test_v3_file(const char *dir)
+/* A file made before the GPU tables gains them on open and keeps its rows. */
+static void test_old_file(const char *dir)
 {
 	struct rec r = { .kind = REC_GPU };
 	char path[512], *err = NULL;
 	struct store *s;
 	sqlite3 *db;
 
-	snprintf(path, sizeof(path), "%s/v3.db", dir);
+	snprintf(path, sizeof(path), "%s/old.db", dir);
 	if (sqlite3_open(path, &db) != SQLITE_OK || fqsql_schema_apply(db, NULL) ||
 	    sqlite3_exec(db,
 			 "DROP TABLE gpu_samples; DROP TABLE process_gpus;"
-			 "UPDATE meta SET value = 3 WHERE key = 'schema_version';"
 			 "INSERT INTO offcpu VALUES (100, 5, 1, 1, 'blocked')",
 			 NULL, NULL, &err) != SQLITE_OK)
-		DIE("cannot make a v3 file %s: %s", path, err ? err : sqlite3_errmsg(db));
+		DIE("cannot make a file without the GPU tables %s: %s", path,
+		    err ? err : sqlite3_errmsg(db));
 	sqlite3_close(db);
 	s = open_store(path);
 	memset(&r.u.gpu, 0, sizeof(r.u.gpu));
@@ -523,7 +523,7 @@ int main(int argc, char **argv)
 	test_env_rule();
 	test_map();
 	test_thread(dir);
-	test_v3_file(dir);
+	test_old_file(dir);
 	test_retain(dir);
 	test_rmrf(dir);
 	if (test_failures) {
