@@ -401,6 +401,21 @@ static void test_thread(const char *dir)
 	sqlite3_close(db);
 	unlink(path);
 
+	/* --gpu-interval 0: off, and meta says so */
+	o.interval_ms = 0;
+	s = open_store(path);
+	t = gpu_thread_start(&o, s, &cause);
+	CHECK(!t);
+	CHECK_STR(cause, "off (--gpu-interval 0)");
+	store_flush(s);
+	store_close(s);
+	db = test_reader(path);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM meta WHERE key = 'gpu_status' AND value = "
+			       "'off (--gpu-interval 0)'"), 1);
+	sqlite3_close(db);
+	unlink(path);
+	o.interval_ms = 100;
+
 	/* no library: the thread does not start, meta says why */
 	o.lib = "/nonexistent/libnvidia-ml.so.1";
 	s = open_store(path);
