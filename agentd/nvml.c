@@ -330,8 +330,10 @@ static void read_static(struct gpu_sampler *g, struct gpu *u)
 	}
 	if (!u->nvlinks)
 		u->unsupported |= 1u << F_NVL_REPLAY | 1u << F_NVL_RECOVERY | 1u << F_NVL_CRC;
-	if (!g->evset || g->f.register_events(u->dev, NVML_EVENT_TYPE_XID, g->evset) != NVML_SUCCESS)
-		u->xid_count = REC_NULL; /* this GPU (or library) cannot report XIDs */
+	/* this GPU (or library) cannot report XIDs: NULL */
+	if (!g->evset ||
+	    g->f.register_events(u->dev, NVML_EVENT_TYPE_XID, g->evset) != NVML_SUCCESS)
+		u->xid_count = REC_NULL;
 	u->xid_last = REC_NULL32;
 }
 
@@ -951,7 +953,7 @@ static void *gpu_main(void *arg)
 			if (t->g->st.samples % META_EVERY == 1)
 				put_cost(t);
 			pthread_mutex_lock(&t->mu);
-			/* fixed rate; after a stall (suspend, a slow driver) start again from now */
+			/* fixed rate; after a stall (suspend, slow driver) start again from now */
 			next += (int64_t)t->o.interval_ms * 1000000LL;
 			if (next <= now)
 				next = now + (int64_t)t->o.interval_ms * 1000000LL;

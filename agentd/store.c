@@ -149,17 +149,18 @@ static const char *const stmt_sql[ST_MAX] = {
 		  "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
 	[ST_GROUP] = "INSERT INTO nccl_groups (ts_ns, dur_ns, end_dur_ns, pid, tid, ncalls, ret) "
 		     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-	[ST_GPU] = "INSERT INTO gpu_samples (ts_ns, gpu_index, gpu_uuid, pci_bus_id, sm_clock_mhz, "
-		   "mem_clock_mhz, sm_clock_max_mhz, mem_clock_max_mhz, clock_reasons, temp_c, "
-		   "power_mw, power_limit_mw, util_gpu_pct, util_mem_pct, ecc_uncorrected, "
-		   "ecc_corrected, remap_corrected, remap_uncorrected, remap_pending, remap_failed, "
-		   "xid_count, xid_last, pcie_gen, pcie_width, pcie_gen_max, pcie_width_max, "
-		   "pcie_replays, nvlink_replay, nvlink_recovery, nvlink_crc) VALUES (?1, ?2, ?3, "
-		   "?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
-		   "?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)",
+	[ST_GPU] = "INSERT INTO gpu_samples (ts_ns, gpu_index, gpu_uuid, pci_bus_id, "
+		   "sm_clock_mhz, mem_clock_mhz, sm_clock_max_mhz, mem_clock_max_mhz, "
+		   "clock_reasons, temp_c, power_mw, power_limit_mw, util_gpu_pct, util_mem_pct, "
+		   "ecc_uncorrected, ecc_corrected, remap_corrected, remap_uncorrected, "
+		   "remap_pending, remap_failed, xid_count, xid_last, pcie_gen, pcie_width, "
+		   "pcie_gen_max, pcie_width_max, pcie_replays, nvlink_replay, nvlink_recovery, "
+		   "nvlink_crc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+		   "?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, "
+		   "?29, ?30)",
 	/* first sighting wins: the row says since when the process has used the GPU */
-	[ST_PROCESS_GPU] = "INSERT OR IGNORE INTO process_gpus (pid, start_ns, gpu_index, gpu_uuid, "
-			   "source, ts_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+	[ST_PROCESS_GPU] = "INSERT OR IGNORE INTO process_gpus (pid, start_ns, gpu_index, "
+			   "gpu_uuid, source, ts_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
 };
 
 /* Tables with an index on ts_ns: retention deletes from these by time. */

@@ -149,7 +149,7 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
 	mem_clock_mhz     INTEGER,
 	sm_clock_max_mhz  INTEGER,
 	mem_clock_max_mhz INTEGER,
-	clock_reasons     INTEGER,          -- clocks event (throttle) reasons bitmask, docs/schema.md
+	clock_reasons     INTEGER,          -- clock event (throttle) reasons bitmask (docs)
 	temp_c            INTEGER,
 	power_mw          INTEGER,
 	power_limit_mw    INTEGER,          -- enforced power limit

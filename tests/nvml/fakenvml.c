@@ -136,8 +136,8 @@ static void load(void)
 		} else if (sscanf(line, "proc %u %u", &cf.proc_pid[cf.nprocs],
 				  &cf.proc_gpu[cf.nprocs]) == 2 && cf.nprocs < MAX_PROCS - 1) {
 			cf.nprocs++;
-		} else if (sscanf(line, "xid %d %d", &cf.xid_gpu[cf.nxids], &cf.xid_num[cf.nxids]) ==
-				   2 && cf.nxids < MAX_XIDS - 1) {
+		} else if (sscanf(line, "xid %d %d", &cf.xid_gpu[cf.nxids],
+				  &cf.xid_num[cf.nxids]) == 2 && cf.nxids < MAX_XIDS - 1) {
 			cf.nxids++;
 		}
 	}

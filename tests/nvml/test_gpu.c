@@ -499,9 +499,10 @@ static void test_retain(const char *dir)
 		r.u.process.rank = r.u.process.local_rank = r.u.process.world_size = REC_NULL;
 		CHECK_I64(store_put(s, &r), 0);
 		r.kind = REC_PROCESS_GPU;
-		r.u.process_gpu = (struct rec_process_gpu){ .ts_ns = old, .pid = pid, .start_ns = old,
-							    .gpu_index = 0, .gpu_uuid = "GPU-x",
-							    .source = "nvml" };
+		r.u.process_gpu = (struct rec_process_gpu){
+			.ts_ns = old, .pid = pid, .start_ns = old, .gpu_index = 0,
+			.gpu_uuid = "GPU-x", .source = "nvml",
+		};
 		CHECK_I64(store_put(s, &r), 0);
 	}
 	r.kind = REC_GPU;
