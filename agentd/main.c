@@ -48,6 +48,9 @@ static const char usage_text[] =
 	"  --probes LIST          comma-separated probe set (default: all)\n"
 	"  --sysfs-root DIR       where to find sys/class/infiniband (default: /)\n"
 	"  --ib-interval SEC      InfiniBand counter poll period, 0 disables (default: 1)\n"
+	"  --gpu-interval SEC     NVML GPU sample period (decimals allowed), 0 disables\n"
+	"                         (default: 1)\n"
+	"  --nvml-lib PATH        NVML library to load (default: libnvidia-ml.so.1)\n"
 	"  --max-rows N           most rows one query may return (default: 1000000)\n"
 	"  --max-bytes N          most result bytes one query may return (default: 268435456)\n"
 	"  --timeout-ms N         longest a query may run (default: 30000)\n"
@@ -76,6 +79,8 @@ enum {
 	OPT_PROBES,
 	OPT_SYSFS,
 	OPT_IB,
+	OPT_GPU,
+	OPT_NVML_LIB,
 	OPT_MAX_ROWS,
 	OPT_MAX_BYTES,
 	OPT_TIMEOUT,
@@ -104,6 +109,8 @@ static const struct option longopts[] = {
 	{ "probes", required_argument, NULL, OPT_PROBES },
 	{ "sysfs-root", required_argument, NULL, OPT_SYSFS },
 	{ "ib-interval", required_argument, NULL, OPT_IB },
+	{ "gpu-interval", required_argument, NULL, OPT_GPU },
+	{ "nvml-lib", required_argument, NULL, OPT_NVML_LIB },
 	{ "max-rows", required_argument, NULL, OPT_MAX_ROWS },
 	{ "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
 	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
@@ -133,6 +140,23 @@ static int num(const char *opt, const char *s, int64_t min, int64_t max, int64_t
 		return -EINVAL;
 	}
 	*out = v;
+	return 0;
+}
+
+/* Seconds with an optional fraction, as whole milliseconds: 0, or 0.01 to 3600. */
+static int seconds_ms(const char *opt, const char *s, int64_t *ms)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v == 0 || (v >= 0.01 && v <= 3600))) {
+		fprintf(stderr, "agentd: --%s wants seconds from 0.01 to 3600 (0: off), not '%s'\n",
+			opt, s);
+		return -EINVAL;
+	}
+	*ms = (int64_t)(v * 1000 + 0.5);
 	return 0;
 }
 
@@ -280,8 +304,8 @@ int main(int argc, char **argv)
 		.allow = allow,
 	};
 	const char *cgroup = NULL, *probes = NULL, *sysfs_root = NULL, *log_path = NULL;
-	const char *user = NULL;
-	int64_t ib_interval = 1, v;
+	const char *user = NULL, *nvml_lib = NULL;
+	int64_t ib_interval = 1, gpu_interval_ms = 1000, v;
 	int insecure = 0, no_trace = 0, opt, rc = 1;
 	struct sockaddr_storage ss;
 	struct server *srv = NULL;
@@ -338,6 +362,13 @@ int main(int argc, char **argv)
 		case OPT_IB:
 			if (num("ib-interval", optarg, 0, 86400, &ib_interval))
 				return 2;
+			break;
+		case OPT_GPU:
+			if (seconds_ms("gpu-interval", optarg, &gpu_interval_ms))
+				return 2;
+			break;
+		case OPT_NVML_LIB:
+			nvml_lib = optarg;
 			break;
 		case OPT_MAX_ROWS:
 			if (num("max-rows", optarg, 1, INT64_MAX, &so.max_rows))
@@ -442,7 +473,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 #ifndef FLEETQ_HAVE_TRACE
-	(void)cgroup, (void)probes, (void)sysfs_root, (void)tracer;
+	(void)cgroup, (void)probes, (void)sysfs_root, (void)tracer, (void)nvml_lib;
 	if (!no_trace) {
 		fprintf(stderr,
 			"agentd: built without tracing (FLEETQ_BPF=OFF); run with --no-trace "
@@ -480,6 +511,8 @@ int main(int argc, char **argv)
 			.probes = probes,
 			.sysfs_root = sysfs_root,
 			.ib_interval_s = (int)ib_interval,
+			.gpu_interval_ms = (int)gpu_interval_ms,
+			.nvml_lib = nvml_lib,
 		};
 
 		size_t ntc = sizeof(trace_caps) / sizeof(trace_caps[0]);

@@ -23,7 +23,9 @@ enum rec_kind {
 	REC_IB,
 	REC_GROUP,
 	REC_KERNEL,
-	REC_KIND_MAX = REC_KERNEL,
+	REC_GPU,         /* one GPU's NVML sample (agentd/nvml.c) */
+	REC_PROCESS_GPU, /* a process uses a GPU; first sighting per (pid, start_ns, GPU, source) */
+	REC_KIND_MAX = REC_PROCESS_GPU,
 };
 
 struct rec_process {
@@ -102,6 +104,34 @@ struct rec_kernel {
 	int64_t seq, count, nchannels, gpu_start_ns, gpu_dur_ns, gpu_ch_ns, partial;
 };
 
+/*
+ * NVML's values are 32-bit or fit in 32 bits (MHz, degrees C, mW, %, PCIe gen/width and
+ * replay counter, remapped rows): int32 keeps the record inside a 256-byte ring slot.
+ * REC_NULL32 in an int32 field is stored as SQL NULL (the NVML call failed or the GPU
+ * does not offer it).
+ */
+#define REC_NULL32 INT32_MIN
+
+struct rec_gpu {
+	int64_t ts_ns;
+	const char *uuid, *pci_bus_id;
+	int64_t clock_reasons;                  /* clocks event (throttle) reasons bitmask */
+	int64_t ecc_uncorrected, ecc_corrected; /* volatile: since the driver loaded */
+	int64_t xid_count;                      /* XID events seen since the sampler started */
+	int64_t nvlink_replay, nvlink_recovery, nvlink_crc; /* sums over the active links */
+	int32_t gpu_index;
+	int32_t sm_clock_mhz, mem_clock_mhz, sm_clock_max_mhz, mem_clock_max_mhz;
+	int32_t temp_c, power_mw, power_limit_mw, util_gpu_pct, util_mem_pct;
+	int32_t remap_corrected, remap_uncorrected, remap_pending, remap_failed;
+	int32_t xid_last;
+	int32_t pcie_gen, pcie_width, pcie_gen_max, pcie_width_max, pcie_replays;
+};
+
+struct rec_process_gpu {
+	int64_t ts_ns, pid, start_ns, gpu_index;
+	const char *gpu_uuid, *source;
+};
+
 struct rec {
 	int kind; /* enum rec_kind */
 	union {
@@ -115,6 +145,8 @@ struct rec {
 		struct rec_ib ib;
 		struct rec_group group;
 		struct rec_kernel kernel;
+		struct rec_gpu gpu;
+		struct rec_process_gpu process_gpu;
 	} u;
 };
 

@@ -91,6 +91,7 @@ struct server {
 	sqlite3_stmt *meta_st;	 /* its query, kept prepared */
 	int64_t schema_version;
 	char clock_source[128];
+	char gpu_status[256]; /* meta 'gpu_status', "" when the trace has none */
 };
 
 static void conn_free(struct conn *c);
@@ -189,11 +190,12 @@ static void conn_send(struct conn *c, struct wire_buf *b)
 	wire_buf_reset(b);
 }
 
-/* Reads schema_version and clock_source from meta; keeps the last good values. */
+/* Reads schema_version, clock_source, gpu_status from meta; keeps the last good values. */
 static void refresh_meta(struct server *s)
 {
 	static const char sql[] =
-		"SELECT key, value FROM meta WHERE key IN ('schema_version', 'clock_source')";
+		"SELECT key, value FROM meta WHERE key IN ('schema_version', 'clock_source', "
+		"'gpu_status')";
 	sqlite3_stmt *st;
 
 	if (!s->meta) {
@@ -222,6 +224,9 @@ static void refresh_meta(struct server *s)
 		} else if (!strcmp(k, "clock_source") && sqlite3_column_text(st, 1)) {
 			snprintf(s->clock_source, sizeof(s->clock_source), "%s",
 				 (const char *)sqlite3_column_text(st, 1));
+		} else if (!strcmp(k, "gpu_status") && sqlite3_column_text(st, 1)) {
+			snprintf(s->gpu_status, sizeof(s->gpu_status), "%s",
+				 (const char *)sqlite3_column_text(st, 1));
 		}
 	}
 	sqlite3_reset(st);
@@ -241,6 +246,7 @@ static void send_hello(struct conn *c)
 	refresh_meta(s);
 	h.schema_version = s->schema_version;
 	h.clock_source = s->clock_source;
+	h.gpu_status = s->gpu_status[0] ? s->gpu_status : NULL;
 #ifdef FLEETQ_HAVE_TRACE
 	if (s->o->tracer) {
 		struct trace_stats ts;

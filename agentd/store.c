@@ -103,6 +103,8 @@ enum {
 	ST_IB,
 	ST_GROUP,
 	ST_KERNEL,
+	ST_GPU,
+	ST_PROCESS_GPU,
 	ST_MAX
 };
 
@@ -153,12 +155,24 @@ static const char *const stmt_sql[ST_MAX] = {
 		      "comm_hash, op, seq, count, nchannels, gpu_start_ns, gpu_dur_ns, gpu_ch_ns, "
 		      "partial) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
 		      "?15)",
+	[ST_GPU] = "INSERT INTO gpu_samples (ts_ns, gpu_index, gpu_uuid, pci_bus_id, "
+		   "sm_clock_mhz, mem_clock_mhz, sm_clock_max_mhz, mem_clock_max_mhz, "
+		   "clock_reasons, temp_c, power_mw, power_limit_mw, util_gpu_pct, util_mem_pct, "
+		   "ecc_uncorrected, ecc_corrected, remap_corrected, remap_uncorrected, "
+		   "remap_pending, remap_failed, xid_count, xid_last, pcie_gen, pcie_width, "
+		   "pcie_gen_max, pcie_width_max, pcie_replays, nvlink_replay, nvlink_recovery, "
+		   "nvlink_crc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+		   "?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, "
+		   "?29, ?30)",
+	/* first sighting wins: the row says since when the process has used the GPU */
+	[ST_PROCESS_GPU] = "INSERT OR IGNORE INTO process_gpus (pid, start_ns, gpu_index, "
+			   "gpu_uuid, source, ts_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
 };
 
 /* Tables with an index on ts_ns: retention deletes from these by time. */
 static const char *const ts_tables[] = {
 	"collectives", "cuda_calls", "offcpu", "tcp_retransmits", "ib_counters", "nccl_groups",
-	"nccl_kernels",
+	"nccl_kernels", "gpu_samples",
 };
 #define N_TS_TABLES (sizeof(ts_tables) / sizeof(ts_tables[0]))
 
@@ -306,6 +320,14 @@ static int rec_strings(struct rec *r, const char **f[4])
 	case REC_KERNEL:
 		f[0] = &r->u.kernel.op;
 		return 1;
+	case REC_GPU:
+		f[0] = &r->u.gpu.uuid;
+		f[1] = &r->u.gpu.pci_bus_id;
+		return 2;
+	case REC_PROCESS_GPU:
+		f[0] = &r->u.process_gpu.gpu_uuid;
+		f[1] = &r->u.process_gpu.source;
+		return 2;
 	default:
 		return -1;
 	}
@@ -442,6 +464,64 @@ static sqlite3_stmt *bind_kernel(struct store *s, const struct rec_kernel *k)
 	return st;
 }
 
+static inline void bind_i32(sqlite3_stmt *st, int i, int32_t v)
+{
+	if (v == REC_NULL32)
+		sqlite3_bind_null(st, i);
+	else
+		sqlite3_bind_int64(st, i, v);
+}
+
+static sqlite3_stmt *bind_gpu(struct store *s, const struct rec_gpu *g)
+{
+	sqlite3_stmt *st = s->st[ST_GPU];
+
+	bind_i64(st, 1, g->ts_ns);
+	bind_i32(st, 2, g->gpu_index);
+	bind_text(st, 3, g->uuid);
+	bind_text(st, 4, g->pci_bus_id);
+	bind_i32(st, 5, g->sm_clock_mhz);
+	bind_i32(st, 6, g->mem_clock_mhz);
+	bind_i32(st, 7, g->sm_clock_max_mhz);
+	bind_i32(st, 8, g->mem_clock_max_mhz);
+	bind_i64(st, 9, g->clock_reasons);
+	bind_i32(st, 10, g->temp_c);
+	bind_i32(st, 11, g->power_mw);
+	bind_i32(st, 12, g->power_limit_mw);
+	bind_i32(st, 13, g->util_gpu_pct);
+	bind_i32(st, 14, g->util_mem_pct);
+	bind_i64(st, 15, g->ecc_uncorrected);
+	bind_i64(st, 16, g->ecc_corrected);
+	bind_i32(st, 17, g->remap_corrected);
+	bind_i32(st, 18, g->remap_uncorrected);
+	bind_i32(st, 19, g->remap_pending);
+	bind_i32(st, 20, g->remap_failed);
+	bind_i64(st, 21, g->xid_count);
+	bind_i32(st, 22, g->xid_last);
+	bind_i32(st, 23, g->pcie_gen);
+	bind_i32(st, 24, g->pcie_width);
+	bind_i32(st, 25, g->pcie_gen_max);
+	bind_i32(st, 26, g->pcie_width_max);
+	bind_i32(st, 27, g->pcie_replays);
+	bind_i64(st, 28, g->nvlink_replay);
+	bind_i64(st, 29, g->nvlink_recovery);
+	bind_i64(st, 30, g->nvlink_crc);
+	return st;
+}
+
+static sqlite3_stmt *bind_process_gpu(struct store *s, const struct rec_process_gpu *p)
+{
+	sqlite3_stmt *st = s->st[ST_PROCESS_GPU];
+
+	bind_i64(st, 1, p->pid);
+	bind_i64(st, 2, p->start_ns);
+	bind_i64(st, 3, p->gpu_index);
+	bind_text(st, 4, p->gpu_uuid);
+	bind_text(st, 5, p->source);
+	bind_i64(st, 6, p->ts_ns);
+	return st;
+}
+
 /* Binds r to its statement; returns the statement. */
 static sqlite3_stmt *bind_rec(struct store *s, const struct rec *r)
 {
@@ -575,6 +655,10 @@ static sqlite3_stmt *bind_rec(struct store *s, const struct rec *r)
 		return bind_group(s, &r->u.group);
 	case REC_KERNEL:
 		return bind_kernel(s, &r->u.kernel);
+	case REC_GPU:
+		return bind_gpu(s, &r->u.gpu);
+	case REC_PROCESS_GPU:
+		return bind_process_gpu(s, &r->u.process_gpu);
 	}
 	return NULL; /* store_put refuses other kinds */
 }
@@ -997,7 +1081,7 @@ static int retain_before(struct store *s, int64_t cutoff, bool *more)
 	char sql[256];
 	int rc = SQLITE_OK;
 
-	for (size_t i = 0; i < N_TS_TABLES + 2 && rc == SQLITE_OK; i++) {
+	for (size_t i = 0; i < N_TS_TABLES + 3 && rc == SQLITE_OK; i++) {
 		sqlite3_stmt *st;
 		int n;
 
@@ -1010,9 +1094,15 @@ static int retain_before(struct store *s, int64_t cutoff, bool *more)
 			/* a comm still alive describes collectives that are kept: keep it */
 			snprintf(sql, sizeof(sql),
 				 "DELETE FROM comms WHERE destroyed_ns < ?1");
-		else
+		else if (i == N_TS_TABLES + 1)
 			snprintf(sql, sizeof(sql),
 				 "DELETE FROM processes WHERE exit_ns < ?1");
+		else
+			/* after processes: the GPUs of processes no longer described */
+			snprintf(sql, sizeof(sql),
+				 "DELETE FROM process_gpus WHERE ts_ns < ?1 AND NOT EXISTS "
+				 "(SELECT 1 FROM processes p WHERE p.pid = process_gpus.pid AND "
+				 "p.start_ns = process_gpus.start_ns)");
 		rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
 		if (rc != SQLITE_OK)
 			break;

@@ -10,9 +10,11 @@ set(FLEETQ_STORE_ROOT ${CMAKE_CURRENT_LIST_DIR}/..)
 add_library(agentd_store STATIC
   ${CMAKE_CURRENT_LIST_DIR}/store.c
   ${CMAKE_CURRENT_LIST_DIR}/ib.c
-  ${CMAKE_CURRENT_LIST_DIR}/syncwait.c)
+  ${CMAKE_CURRENT_LIST_DIR}/syncwait.c
+  ${CMAKE_CURRENT_LIST_DIR}/nvml.c)
 target_include_directories(agentd_store PUBLIC ${CMAKE_CURRENT_LIST_DIR})
-target_link_libraries(agentd_store PUBLIC fq_sql PkgConfig::SQLITE3 Threads::Threads)
+target_link_libraries(agentd_store PUBLIC fq_sql PkgConfig::SQLITE3 Threads::Threads
+                      ${CMAKE_DL_LIBS})
 
 # Tests live in tests/agentd/store/ but are registered here, next to the library.
 set(store_test_dir ${FLEETQ_STORE_ROOT}/tests/agentd/store)

@@ -46,6 +46,7 @@
 #include "fqtrace.skel.h"
 #include "ib.h"
 #include "ncclprof/nccl_profiler.h"
+#include "nvml.h"
 #include "probe.h"
 #include "records.h"
 #include "store.h"
@@ -122,6 +123,9 @@ struct tracer {
 	struct ring_buffer *rb;
 	struct discover *disc;
 	struct ib_poller *ib;
+	struct gpu_thread *gpu;
+	int gpu_interval_ms;
+	char *nvml_lib;
 	int cg_fd;
 
 	pthread_mutex_t link_mu;
@@ -944,6 +948,20 @@ static void *poll_main(void *arg)
 	return NULL;
 }
 
+/* The traced processes, for the GPU sampler's process -> GPU map (its own thread). */
+static int gpu_list_procs(void *arg, struct gpu_proc *out, int max)
+{
+	struct tracer *t = arg;
+	int n = 0;
+
+	pthread_mutex_lock(&t->proc_mu);
+	for (int b = 0; b < PROC_BUCKETS && n < max; b++)
+		for (struct proc_ent *e = t->procs[b]; e && n < max; e = e->next)
+			out[n++] = (struct gpu_proc){ .pid = e->pid, .start_ns = e->start_ns };
+	pthread_mutex_unlock(&t->proc_mu);
+	return n;
+}
+
 static int ib_emit(void *arg, const struct rec_ib *r)
 {
 	struct rec rec = { .kind = REC_IB };
@@ -1145,6 +1163,8 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	t->probes = o->probes ? strdup(o->probes) : NULL;
 	t->sysfs_root = o->sysfs_root ? strdup(o->sysfs_root) : NULL;
 	t->ib_interval_s = o->ib_interval_s;
+	t->gpu_interval_ms = o->gpu_interval_ms;
+	t->nvml_lib = o->nvml_lib ? strdup(o->nvml_lib) : NULL;
 	t->verbose = o->verbose;
 	t->ring_bytes = (uint32_t)parse_env_u64("FQ_RING_BYTES", DEFAULT_RING_BYTES);
 	t->wakeup_bytes = (uint32_t)parse_env_u64("FQ_RING_WAKEUP", t->ring_bytes / WAKEUP_DIV);
@@ -1318,6 +1338,21 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 		goto fail;
 	}
 	t->disc_started = 1;
+	{
+		struct gpu_thread_opts go = { .lib = t->nvml_lib,
+					      .interval_ms = t->gpu_interval_ms,
+					      .list_procs = gpu_list_procs,
+					      .arg = t };
+		char *why = NULL;
+
+		/* no GPU is no error: meta 'gpu_status' (and fleetq ping) says why */
+		t->gpu = gpu_thread_start(&go, t->store, &why);
+		if (!t->gpu)
+			tlog("GPU sampling %s", why ? why : "off");
+		free(why);
+		/* meta 'gpu_status' committed before the first HELLO can read it */
+		store_flush(t->store);
+	}
 	free(scope_dir);
 	/* loading parsed the kernel's BTF (megabytes, freed since): give it back to the OS */
 	malloc_trim(0);
@@ -1374,6 +1409,7 @@ void tracer_stop(struct tracer *t)
 	pthread_mutex_lock(&t->mu);
 	pthread_cond_broadcast(&t->cv);
 	pthread_mutex_unlock(&t->mu);
+	gpu_thread_stop(t->gpu);
 	if (t->disc_started)
 		pthread_join(t->disc_th, NULL);
 	if (t->poll_started)
@@ -1422,6 +1458,7 @@ void tracer_stop(struct tracer *t)
 	free(t->cgroup);
 	free(t->probes);
 	free(t->sysfs_root);
+	free(t->nvml_lib);
 	pthread_mutex_destroy(&t->link_mu);
 	pthread_mutex_destroy(&t->proc_mu);
 	pthread_mutex_destroy(&t->mu);

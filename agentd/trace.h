@@ -15,6 +15,8 @@ struct trace_opts {
 	const char *probes;     /* NULL: default probe set; else comma list, see agentd(8) */
 	const char *sysfs_root; /* NULL: "/" ; tests point this at a fake tree */
 	int ib_interval_s;      /* InfiniBand poll period; 0 disables */
+	int gpu_interval_ms;    /* NVML sample period (agentd/nvml.h); 0 disables */
+	const char *nvml_lib;   /* NULL: libnvidia-ml.so.1 */
 	int64_t retain_bytes;   /* 0: no size limit */
 	int64_t retain_age_s;   /* 0: no age limit */
 	int verbose;

@@ -349,6 +349,7 @@ void fanout_free(struct fanout *fo)
 		free(in->node);
 		free(in->clock_source);
 		free(in->peer);
+		free(in->gpu_status);
 	}
 	free(fo->infos);
 	free(fo->leaves);
@@ -732,6 +733,7 @@ static void on_hello(struct node *n, const struct wire_hello *h)
 	in->node = dup_or_null(h->node);
 	in->clock_source = dup_or_null(h->clock_source);
 	in->peer = dup_or_null(h->peer_identity);
+	in->gpu_status = dup_or_null(h->gpu_status);
 	in->schema_version = h->schema_version;
 	in->ring_drops = h->ring_drops;
 	in->store_lag_ns = h->store_lag_ns;

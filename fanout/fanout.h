@@ -98,6 +98,7 @@ struct fanout_node_info {
 	int64_t offset_ns; /* node CLOCK_REALTIME minus ours */
 	int64_t rtt_ns;
 	char *agent_version, *node, *clock_source, *peer;
+	char *gpu_status; /* meta 'gpu_status' of its trace, or NULL */
 	int64_t schema_version, ring_drops, store_lag_ns;
 };
 

@@ -761,11 +761,11 @@ static int print_ping(struct fanout *fo, struct coverage *cov, struct output *ou
 {
 	static const char *const names[] = { "node",  "status", "rtt_us", "offset_us",
 					      "agent", "schema", "name",   "clock",
-					      "lag_ms", "drops", "error" };
-	struct wire_value v[11];
+					      "lag_ms", "drops", "error", "gpu" };
+	struct wire_value v[12];
 	int err;
 
-	err = output_begin(out, 11, names);
+	err = output_begin(out, 12, names);
 	for (size_t i = 0; i < n && !err; i++) {
 		const struct fanout_node_info *in = fanout_node_info(fo, i);
 		const char *st = outcome_name(coverage_outcome(cov, i));
@@ -794,6 +794,9 @@ static int print_ping(struct fanout *fo, struct coverage *cov, struct output *ou
 		if (msg)
 			v[10] = (struct wire_value){ .type = WIRE_TEXT, .p = msg,
 						     .n = strlen(msg) };
+		if (in->gpu_status)
+			v[11] = (struct wire_value){ .type = WIRE_TEXT, .p = in->gpu_status,
+						     .n = strlen(in->gpu_status) };
 		err = output_row(out, v);
 	}
 	if (!err)

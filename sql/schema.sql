@@ -156,3 +156,57 @@ CREATE TABLE IF NOT EXISTS nccl_groups (
 	ret        INTEGER           -- ncclGroupEnd's ncclResult_t
 );
 CREATE INDEX IF NOT EXISTS nccl_groups_ts ON nccl_groups (ts_ns);
+
+-- GPU health from NVML (agentd --gpu-interval) and which GPUs each traced process uses. Both
+-- tables are new: a file made before them gains them when agentd opens it (no column of
+-- another table changes, so the schema version does not either).
+
+-- One row per GPU per sample. Every column but ts_ns and gpu_index is NULL when NVML does not
+-- offer the value on this GPU or its call failed (the rest of the sample is kept).
+CREATE TABLE IF NOT EXISTS gpu_samples (
+	ts_ns             INTEGER NOT NULL, -- when the sample of all GPUs began
+	gpu_index         INTEGER NOT NULL, -- NVML index (PCI bus order)
+	gpu_uuid          TEXT,             -- GPU-xxxxxxxx-...
+	pci_bus_id        TEXT,             -- 00000000:3B:00.0
+	sm_clock_mhz      INTEGER,
+	mem_clock_mhz     INTEGER,
+	sm_clock_max_mhz  INTEGER,
+	mem_clock_max_mhz INTEGER,
+	clock_reasons     INTEGER,          -- clock event (throttle) reasons bitmask (docs)
+	temp_c            INTEGER,
+	power_mw          INTEGER,
+	power_limit_mw    INTEGER,          -- enforced power limit
+	util_gpu_pct      INTEGER,
+	util_mem_pct      INTEGER,
+	ecc_uncorrected   INTEGER,          -- volatile ECC error counts (since the driver loaded)
+	ecc_corrected     INTEGER,
+	remap_corrected   INTEGER,          -- rows remapped for correctable errors
+	remap_uncorrected INTEGER,
+	remap_pending     INTEGER,          -- 1: a remap waits for a GPU reset
+	remap_failed      INTEGER,          -- 1: a remap failed
+	xid_count         INTEGER,          -- XID events since the sampler started
+	xid_last          INTEGER,          -- the last XID number seen
+	pcie_gen          INTEGER,          -- current PCIe link generation
+	pcie_width        INTEGER,          -- current PCIe link width (lanes)
+	pcie_gen_max      INTEGER,
+	pcie_width_max    INTEGER,
+	pcie_replays      INTEGER,          -- PCIe replay counter
+	nvlink_replay     INTEGER,          -- NVLink error counters, summed over active links
+	nvlink_recovery   INTEGER,
+	nvlink_crc        INTEGER
+);
+CREATE INDEX IF NOT EXISTS gpu_samples_ts ON gpu_samples (ts_ns);
+
+-- Which GPUs a traced process uses: one row per (process, GPU, source), written when first
+-- seen. Join: collectives.pid -> processes (pid, start_ns) -> process_gpus -> gpu_samples
+-- (gpu_uuid). A table, not a column of processes: a process may use several GPUs, and the
+-- driver lists it only once it has a CUDA context, after its processes row was written.
+CREATE TABLE IF NOT EXISTS process_gpus (
+	pid       INTEGER NOT NULL,
+	start_ns  INTEGER NOT NULL,         -- processes.start_ns of the same process
+	gpu_index INTEGER NOT NULL,
+	gpu_uuid  TEXT NOT NULL,
+	source    TEXT NOT NULL,            -- nvml | local_rank | cuda_visible_devices
+	ts_ns     INTEGER NOT NULL,         -- first seen
+	PRIMARY KEY (pid, start_ns, gpu_uuid, source)
+) WITHOUT ROWID;

@@ -436,6 +436,8 @@ int wire_put_hello(struct wire_buf *out, const struct wire_hello *h)
 	enc_int(&e, "drops", h->ring_drops);
 	enc_int(&e, "lag_ns", h->store_lag_ns);
 	enc_str(&e, "peer", h->peer_identity);
+	if (h->gpu_status)
+		enc_str(&e, "gpu", h->gpu_status);
 	return enc_end(&e);
 }
 
@@ -1402,6 +1404,7 @@ static int decode_hello(struct wire_priv *pv, struct rd *r, struct wire_hello *h
 		{ "drops", F_INT, false, &h->ring_drops, NULL },
 		{ "lag_ns", F_INT, false, &h->store_lag_ns, NULL },
 		{ "peer", F_STR, false, &h->peer_identity, NULL },
+		{ "gpu", F_STR, false, &h->gpu_status, NULL },
 	};
 
 	return decode_map(pv, r, f, NFIELDS(f), "HELLO", cause);

@@ -96,6 +96,9 @@ struct wire_hello {
 	int64_t store_lag_ns;    /* age of the oldest event not yet committed */
 	int64_t proto_min, proto_max;
 	const char *peer_identity; /* client identity the agent verified, or NULL */
+	/* what the agent samples of its GPUs, or why nothing (meta 'gpu_status'); NULL from
+	 * agents before it (optional key "gpu") */
+	const char *gpu_status;
 };
 
 struct wire_query {

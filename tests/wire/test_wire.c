@@ -134,6 +134,33 @@ static void pk_str(msgpack_packer *pk, const char *s)
 
 /* ---- round trips ---- */
 
+/* HELLO's optional "gpu" key: the agent's GPU sampling status, absent from older agents */
+static void test_hello_gpu(void)
+{
+	struct wire_hello h = {
+		.agent_version = "0.1.0", .schema_version = 3, .proto_min = 1, .proto_max = 1,
+		.gpu_status = "off: cannot load 'libnvidia-ml.so.1'",
+	};
+	struct wire_buf b;
+	struct wire_msg m;
+
+	wire_buf_init(&b);
+	CHECK_EQ(wire_put_hello(&b, &h), 0);
+	if (!decode_ok(&m, &b, NULL)) {
+		CHECK_STR(m.u.hello.gpu_status, "off: cannot load 'libnvidia-ml.so.1'");
+		wire_msg_release(&m);
+	}
+	wire_buf_reset(&b);
+	h.gpu_status = NULL;
+	CHECK_EQ(wire_put_hello(&b, &h), 0);
+	if (!decode_ok(&m, &b, NULL)) {
+		CHECK(m.u.hello.gpu_status == NULL);
+		CHECK_STR(m.u.hello.agent_version, "0.1.0");
+		wire_msg_release(&m);
+	}
+	wire_buf_release(&b);
+}
+
 static void test_hello(void)
 {
 	struct wire_hello h = {
@@ -1118,6 +1145,7 @@ int main(void)
 {
 	test_buf();
 	test_hello();
+	test_hello_gpu();
 	test_query();
 	test_columns();
 	test_end_error_ping();
