@@ -69,16 +69,28 @@ full AS (
 	JOIN nr ON nr.comm_hash = g.comm_hash AND nr.n = g.k
 ),
 -- the step, learnt from the trace: the smallest period p (collectives a step) at which what
--- runs repeats (op and element count of seq s and s + p agree for 95 % of the span); 1 when
--- nothing repeats (then the step is the mean gap between collectives)
+-- runs repeats: seq s and s + p ran the same op on as many elements, and the first arrival's
+-- gap to the next seq is alike (within a quarter), for 90 % of the span. Gradient buckets of
+-- one size still show their step: the gap before the first bucket of a step is the forward
+-- pass. Nothing repeating: the best period found, else 1 (the mean gap between collectives)
 pk(p) AS (SELECT 1 UNION ALL SELECT p + 1 FROM pk WHERE p < 64),
+fg AS (
+	SELECT a.comm_hash, a.seq, a.op, a.cnt, b.t_first - a.t_first AS gap
+	FROM full a JOIN full b ON b.comm_hash = a.comm_hash AND b.seq = a.seq + 1
+),
 per AS (
-	SELECT a.comm_hash, pk.p, avg(a.op IS b.op AND a.cnt IS b.cnt) AS m, count(*) AS k
-	FROM full a CROSS JOIN pk JOIN full b ON b.comm_hash = a.comm_hash AND b.seq = a.seq + pk.p
+	SELECT a.comm_hash, pk.p,
+	       avg(a.op IS b.op AND a.cnt IS b.cnt
+		   AND abs(a.gap - b.gap) <= 0.25 * max(a.gap, b.gap) + 20000) AS m,
+	       count(*) AS k
+	FROM fg a CROSS JOIN pk JOIN fg b ON b.comm_hash = a.comm_hash AND b.seq = a.seq + pk.p
 	GROUP BY a.comm_hash, pk.p
 ),
 period AS (
-	SELECT comm_hash, coalesce(min(p) FILTER (WHERE m >= 0.95 AND k >= 2 * p), 1) AS p
+	SELECT comm_hash,
+	       coalesce(min(p) FILTER (WHERE m >= 0.9 AND k >= 2 * p),
+			(SELECT q.p FROM per q WHERE q.comm_hash = per.comm_hash AND q.m >= 0.5
+			 ORDER BY q.m DESC, q.p LIMIT 1), 1) AS p
 	FROM per GROUP BY comm_hash
 ),
 -- each node's time and host, once per node (a subquery per 'last' row would scan results
@@ -214,7 +226,8 @@ gz AS (
 		       AS e_gpu,
 	       CASE WHEN c.n = 2 THEN c.s_med - t.med ELSE c.m_med END AS peer_med
 	FROM gt t JOIN gcm c USING (nccl_comm, op), prm
-	WHERE t.nk > 0
+	-- an op seen a few times (a barrier's all-reduce) says nothing on its own
+	WHERE t.nk >= 16
 ),
 -- per rank, the op that stands out most
 gb AS (
@@ -264,7 +277,9 @@ v AS (
 	SELECT u.comm_hash, u.node, u.rank, u.pid,
 	       coalesce(f.nranks, g.nranks, h.nranks) AS nranks, coalesce(f.n, g.gn, 0) AS ranks,
 	       (g.z_gpu > prm.thr AND g.e_gpu >= prm.eff) AS f_gpu,
-	       f.f_late, f.f_wait, f.f_cpu, f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
+	       -- where the GPU side is known, a late enqueue counts only if the peers' kernels
+	       -- waited for it: a CPU that runs ahead of its GPU can enqueue late for free
+	       f.f_late AND (g.z_gpu IS NULL OR g.z_gpu > prm.thr) AS f_late, f.f_wait, f.f_cpu, f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
 	       f.e_late, f.e_wait, g.e_gpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
 	       g.peer_med, g.tot, g.gspan, h.hung, h.last_seq, h.age_ns, f.n AS fn, g.gn
