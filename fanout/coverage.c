@@ -254,6 +254,9 @@ int coverage_exit(const struct coverage *c, double min_fraction)
 
 	if (coverage_count(c, FQ_TLS))
 		return FQ_EXIT_TLS;
+	/* --min-coverage 0 forgives some nodes, never all: no answer is no all-clear. */
+	if (c->n && !ok)
+		return FQ_EXIT_COVERAGE;
 	/* ok/n < min, without trusting a division to land exactly on 0.5. */
 	if ((double)ok < min_fraction * (double)c->n - 1e-9)
 		return FQ_EXIT_COVERAGE;

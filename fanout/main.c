@@ -129,8 +129,10 @@ static const char usage_text[] =
 	"  1  stragglers: a straggler found; netcheck: a rank or node named; gate: a metric\n"
 	"     regressed; --fail-if returned rows\n"
 	"  4  TLS or authentication failed on at least one node (wins over 3)\n"
-	"  3  coverage below --min-coverage (timeouts, unreachable, SQL errors, truncation);\n"
-	"     for stragglers and netcheck also when no node answered\n"
+	"  3  coverage below --min-coverage (timeouts, unreachable, SQL errors, truncation),\n"
+	"     or no node answered (whatever --min-coverage says); stragglers and netcheck:\n"
+	"     also no rank in the window (no such --job, an old trace) or fewer ranks of a\n"
+	"     communicator than it declares (some of the job's nodes)\n"
 	"  0  every node answered (or at least --min-coverage of them), nothing found\n"
 	"\n"
 	"See fleetq(1).\n";
@@ -771,7 +773,7 @@ static int64_t realtime_now(void)
  * all: "clean" must mean "looked everywhere and found nothing".
  */
 static int analysis_exit(const struct an_findings *fd, const struct coverage *cov, double min,
-			 int fail_if)
+			 int fail_if, const char *short_of)
 {
 	int c;
 
@@ -782,9 +784,48 @@ static int analysis_exit(const struct an_findings *fd, const struct coverage *co
 	c = coverage_exit(cov, min);
 	if (c)
 		return c;
-	if (!coverage_count(cov, FQ_OK))
+	if (!coverage_count(cov, FQ_OK) || short_of)
 		return FQ_EXIT_COVERAGE;
 	return FQ_EXIT_OK;
+}
+
+/*
+ * "Nothing found" is a verdict only over every rank of every communicator
+ * looked at: none at all (no such job, a window before the trace) or part
+ * of a communicator (-w naming some of the job's nodes) is no verdict. The
+ * line that says what to check (malloc'd), or NULL when the rows cover it.
+ */
+static char *analysis_short(const struct an_seen *s, const struct query_opts *q,
+			    size_t nodes)
+{
+	char *m = NULL, job[160] = "", win[96];
+	int r;
+
+	if (!s->known)
+		return NULL;
+	if (q->job)
+		snprintf(job, sizeof(job), " of job %s", q->job);
+	if (q->comm)
+		snprintf(job + strlen(job), sizeof(job) - strlen(job), "%s communicator %s",
+			 q->job ? " in" : " of", q->comm);
+	if (q->since_ns)
+		snprintf(win, sizeof(win), "the last %s", q->since_text ? q->since_text : "60s");
+	else
+		snprintf(win, sizeof(win), "all time");
+	if (!s->ranks)
+		r = asprintf(&m, "no collectives%s in %s on %zu node%s: check %s", job, win,
+			     nodes, nodes == 1 ? "" : "s",
+			     q->since_ns ? q->job ? "--job/--since" : "--since"
+			     : q->job	 ? "--job and the hosts (-w)"
+					 : "the hosts (-w) and that their agents trace");
+	else if (s->partial)
+		r = asprintf(&m, "%d of %d ranks of communicator %s answered%s: query every node "
+				 "of the job",
+			     s->answered, s->declared, s->comm,
+			     s->partial > 1 ? " (and more communicators are short)" : "");
+	else
+		return NULL;
+	return r < 0 ? strdup("too few ranks answered") : m;
 }
 
 static int run(int cmd, struct query_opts *q)
@@ -799,10 +840,11 @@ static int run(int cmd, struct query_opts *q)
 	struct direct *dout = NULL;
 	struct an_plan plan = { 0 };
 	struct an_findings fd = { 0 };
+	struct an_seen seen = { 0 };
 	struct an_param np[5], mp[2];
 	const char **hosts = NULL;
 	char *cause = NULL, *sql_buf = NULL, *summary = NULL, *common = NULL, *cov_json = NULL;
-	char *sess_dir = NULL, window[96];
+	char *sess_dir = NULL, *short_of = NULL, window[96];
 	long long fail_rows = 0;
 	int ret, err, format, analysis = cmd == CMD_STRAGGLERS || cmd == CMD_NETCHECK;
 	int plain = cmd == CMD_QUERY && !q->merge && !q->fail_if;
@@ -1040,6 +1082,12 @@ static int run(int cmd, struct query_opts *q)
 			err = an_count(merge_db(m), cmd == CMD_NETCHECK, &fd);
 		else
 			err = 0;
+		if (!err && merge_has_table(m) && answered) {
+			err = an_seen(merge_db(m), cmd == CMD_NETCHECK, &seen);
+			/* Short coverage says it first: the missing ranks follow from it. */
+			if (!err && !coverage_exit(cov, q->min_coverage))
+				short_of = analysis_short(&seen, q, answered);
+		}
 		if (err) {
 			ret = usage_error("cannot read the analysis: %s",
 					  sqlite3_errmsg(merge_db(m)));
@@ -1066,7 +1114,14 @@ static int run(int cmd, struct query_opts *q)
 	/* The same failure everywhere is one message, said once and plainly. */
 	if (common)
 		fprintf(stderr, "fleetq: %s\n", common);
-	if (analysis && !q->quiet && !ret) {
+	/* Not under -q: it says why the exit status is 3. */
+	if (short_of && (fd.hung || fd.stragglers || fd.flagged || fail_rows)) {
+		free(short_of); /* a finding is a verdict on the ranks that answered */
+		short_of = NULL;
+	}
+	if (short_of && !ret)
+		fprintf(stderr, "fleetq: %s\n", short_of);
+	if (analysis && !q->quiet && !ret && !short_of) {
 		if (cmd == CMD_STRAGGLERS && (fd.hung || fd.stragglers))
 			fprintf(stderr, "fleetq: stragglers: %d hung, %d straggler%s (first: %s), %s\n",
 				fd.hung, fd.stragglers, fd.stragglers == 1 ? "" : "s",
@@ -1086,7 +1141,8 @@ static int run(int cmd, struct query_opts *q)
 	if (!q->quiet && summary)
 		fprintf(stderr, "%s\n", summary);
 	if (!ret)
-		ret = analysis	   ? analysis_exit(&fd, cov, q->min_coverage, fail_rows > 0)
+		ret = analysis	   ? analysis_exit(&fd, cov, q->min_coverage, fail_rows > 0,
+					       short_of)
 		      : fail_rows ? FQ_EXIT_GATE
 				  : coverage_exit(cov, q->min_coverage);
 out:
@@ -1097,6 +1153,8 @@ out:
 	free(common);
 	free(cov_json);
 	an_findings_release(&fd);
+	an_seen_release(&seen);
+	free(short_of);
 	an_plan_release(&plan);
 	direct_free(dout);
 	output_free(out);
