@@ -9,9 +9,11 @@
 
 #include "hostlist.h"
 #include "strbuf.h"
+#include "wire.h"
 
 struct node_cov {
 	int outcome;
+	int status; /* the END's wire status (0: none or ok) */
 	int64_t rows;
 	char *message;
 };
@@ -28,7 +30,7 @@ static const char *const outcome_names[FQ_NOUTCOMES] = {
 	[FQ_UNREACHABLE] = "unreachable", [FQ_TLS] = "tls",
 	[FQ_SQL] = "sql error",		  [FQ_PROTOCOL] = "protocol error",
 	[FQ_COLUMNS] = "columns differ",  [FQ_PARTIAL] = "partial",
-	[FQ_AGENT] = "agent error",
+	[FQ_AGENT] = "agent error",	  [FQ_BUSY] = "busy",
 };
 
 const char *outcome_name(int outcome)
@@ -72,6 +74,39 @@ void coverage_set(struct coverage *c, size_t i, int outcome, int64_t rows, const
 	nc->message = message ? strdup(message) : NULL;
 }
 
+void coverage_set_status(struct coverage *c, size_t i, int status)
+{
+	c->nodes[i].status = status;
+}
+
+int coverage_user_sql_error(const struct coverage *c)
+{
+	size_t mistakes = 0;
+
+	/* Every node that answered refused the SQL itself: the same mistake everywhere. */
+	for (size_t i = 0; i < c->n; i++) {
+		const struct node_cov *nc = &c->nodes[i];
+
+		if (nc->outcome == FQ_SQL &&
+		    (nc->status == WIRE_E_SQL || nc->status == WIRE_E_DENIED))
+			mistakes++;
+		else if (nc->outcome == FQ_OK || nc->outcome == FQ_TRUNCATED ||
+			 nc->outcome == FQ_SQL || nc->outcome == FQ_COLUMNS ||
+			 nc->outcome == FQ_BUSY)
+			return 0;
+	}
+	return mistakes > 0;
+}
+
+size_t coverage_limited(const struct coverage *c)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < c->n; i++)
+		k += c->nodes[i].outcome == FQ_OK && c->nodes[i].status == WIRE_E_ROWS;
+	return k;
+}
+
 int coverage_outcome(const struct coverage *c, size_t i)
 {
 	return c->nodes[i].outcome;
@@ -109,7 +144,7 @@ static int same_msg(const char *a, const char *b)
 /* Order in which failures are listed: the worst (needs the user) first. */
 static const int listed[] = {
 	FQ_TLS, FQ_UNREACHABLE, FQ_TIMEOUT, FQ_SQL, FQ_COLUMNS,
-	FQ_PARTIAL, FQ_PROTOCOL, FQ_AGENT, FQ_TRUNCATED, FQ_PENDING,
+	FQ_PARTIAL, FQ_PROTOCOL, FQ_AGENT, FQ_BUSY, FQ_TRUNCATED, FQ_PENDING,
 };
 
 /*
@@ -176,6 +211,32 @@ static void summary_group(void *ctx, int outcome, const char *msg, const char *c
 	free(folded);
 }
 
+/* Nodes whose rows the user's --max-rows cut: ok, and said so. */
+static void summary_limited(const struct coverage *c, struct strbuf *b)
+{
+	const char **hosts = NULL;
+	char *folded;
+	size_t k = 0;
+
+	for (size_t i = 0; i < c->n; i++) {
+		if (c->nodes[i].outcome != FQ_OK || c->nodes[i].status != WIRE_E_ROWS)
+			continue;
+		if (!hosts)
+			hosts = malloc(c->n * sizeof(*hosts));
+		if (!hosts) {
+			b->oom = 1;
+			return;
+		}
+		hosts[k++] = c->names[i];
+	}
+	if (!k)
+		return;
+	folded = hostlist_fold(hosts, k);
+	sb_printf(b, "; rows limited by --max-rows: %s", folded ? folded : "?");
+	free(folded);
+	free(hosts);
+}
+
 char *coverage_summary(const struct coverage *c)
 {
 	struct strbuf b = STRBUF_INIT;
@@ -184,6 +245,7 @@ char *coverage_summary(const struct coverage *c)
 		  c->n, c->n == 1 ? "" : "s", ok_rows(c), ok_rows(c) == 1 ? "" : "s");
 	if (for_groups(c, summary_group, &b))
 		b.oom = 1;
+	summary_limited(c, &b);
 	return sb_detach(&b);
 }
 

@@ -737,6 +737,9 @@ static void on_error_frame(struct node *n, const struct wire_error *e)
 	case WIRE_E_VERSION:
 		node_finish(n, FQ_PROTOCOL, "agent: %s", msg);
 		break;
+	case WIRE_E_BUSY:
+		node_finish(n, FQ_BUSY, "%s", msg);
+		break;
 	default:
 		node_finish(n, FQ_AGENT, "%s: %s", wire_status_name((int)e->code), msg);
 	}
@@ -755,8 +758,18 @@ static size_t find_leaf(struct node *n, const char *name, size_t len)
 	return SIZE_MAX;
 }
 
+/*
+ * The user's own row limit, whose cut is no failure (0: none). A relay keeps
+ * its leaves "truncated" so that the END it passes up says why; the client
+ * at the top decides.
+ */
+static int64_t user_max_rows(const struct fanout *fo)
+{
+	return fo->p->sink ? 0 : fo->p->max_rows;
+}
+
 /* An END's status as an outcome, with the one-line reason in *msg (malloc'd). */
-static int end_outcome(const struct wire_end *e, int64_t rows, char **why)
+static int end_outcome(const struct wire_end *e, int64_t rows, int64_t max_rows, char **why)
 {
 	const char *msg = e->message ? e->message : wire_status_name((int)e->status);
 	const char *sname = wire_status_name((int)e->status);
@@ -766,9 +779,15 @@ static int end_outcome(const struct wire_end *e, int64_t rows, char **why)
 	*why = NULL;
 	/* A relay tells the outcome it saw for the leaf: keep it as it is. */
 	if (e->node && e->outcome) {
+		outcome = -1;
 		for (int o = FQ_OK; o < FQ_NOUTCOMES; o++)
 			if (!strcmp(outcome_name(o), e->outcome))
 				outcome = o;
+		/* A name we do not know is no "ok". */
+		if (outcome < 0) {
+			outcome = FQ_AGENT;
+			msg = e->outcome;
+		}
 		if (outcome != FQ_OK && e->message) {
 			size_t ol = strlen(e->outcome);
 
@@ -777,6 +796,12 @@ static int end_outcome(const struct wire_end *e, int64_t rows, char **why)
 			    msg[ol + 2])
 				msg += ol + 2;
 			*why = strdup(msg);
+		}
+		if (outcome == FQ_TRUNCATED && max_rows > 0 && rows == max_rows &&
+		    e->status == WIRE_E_ROWS) {
+			outcome = FQ_OK;
+			free(*why);
+			*why = NULL;
 		}
 		if (outcome == FQ_OK && e->rows != rows) {
 			outcome = FQ_PROTOCOL;
@@ -788,11 +813,17 @@ static int end_outcome(const struct wire_end *e, int64_t rows, char **why)
 	/* "sql error: sql error: ..." says it twice: the outcome names it already. */
 	if (!strncmp(msg, sname, sl) && msg[sl] == ':' && msg[sl + 1] == ' ' && msg[sl + 2])
 		msg += sl + 2;
-	if (e->truncated || e->status == WIRE_E_ROWS || e->status == WIRE_E_BYTES) {
+	if (max_rows > 0 && rows == max_rows && e->status == WIRE_E_ROWS) {
+		/* The user's own --max-rows: what was asked for, not a node failing. */
+		outcome = FQ_OK;
+	} else if (e->truncated || e->status == WIRE_E_ROWS || e->status == WIRE_E_BYTES) {
 		outcome = FQ_TRUNCATED;
 		r = asprintf(why, "%s, %" PRId64 " rows kept", msg, rows);
 	} else if (e->status == WIRE_E_PEER) {
 		outcome = FQ_UNREACHABLE;
+		r = asprintf(why, "%s", msg);
+	} else if (e->status == WIRE_E_BUSY) {
+		outcome = FQ_BUSY;
 		r = asprintf(why, "%s", msg);
 	} else if (e->status != WIRE_OK) {
 		outcome = FQ_SQL;
@@ -812,6 +843,7 @@ static void on_end(struct node *n, const struct wire_end *e)
 {
 	struct fanout *fo = n->fo;
 	char *why = NULL;
+	size_t first;
 	int outcome;
 
 	if (e->node && n->count > 1) {
@@ -828,8 +860,10 @@ static void on_end(struct node *n, const struct wire_end *e)
 			fo->infos[h].offset_ns = n->info->offset_ns + e->offset_ns;
 			fo->infos[h].rtt_ns = n->info->rtt_ns + e->rtt_ns;
 		}
-		outcome = end_outcome(e, fo->leaves[h].rows, &why);
+		outcome = end_outcome(e, fo->leaves[h].rows, user_max_rows(fo), &why);
 		leaf_finish(fo, h, outcome, why);
+		if (!fo->p->sink && fo->cov)
+			coverage_set_status(fo->cov, h, (int)e->status);
 		free(why);
 		return;
 	}
@@ -846,11 +880,14 @@ static void on_end(struct node *n, const struct wire_end *e)
 		node_finish(n, FQ_OK, NULL);
 		return;
 	}
-	outcome = end_outcome(e, n->rows, &why);
+	outcome = end_outcome(e, n->rows, user_max_rows(fo), &why);
+	first = n->first;
 	if (why)
 		node_finish(n, outcome, "%s", why);
 	else
 		node_finish(n, outcome, NULL);
+	if (!fo->p->sink && fo->cov)
+		coverage_set_status(fo->cov, first, (int)e->status);
 	free(why);
 }
 

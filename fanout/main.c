@@ -71,7 +71,8 @@ static const char usage_text[] =
 	"  --timeout SEC            deadline for the whole fan-out (default 30)\n"
 	"  --tree-width W           relay through agents: at most W groups, each sent to its\n"
 	"                           first host, which relays to the rest (0: flat, default)\n"
-	"  --max-rows N             row limit per node, sent to the agents\n"
+	"  --max-rows N             row limit per node, sent to the agents (a node cut at N\n"
+	"                           rows is ok, and said so; analyses give no verdict)\n"
 	"  --pings N                clock samples per node after HELLO (default 4 for the\n"
 	"                           subcommands, 0 for queries: HELLO's clock only)\n"
 	"\n"
@@ -123,8 +124,9 @@ static const char usage_text[] =
 	"Analysis SQL: $FLEETQ_SQL_DIR, else the installed files, else the ones built in.\n"
 	"\n"
 	"exit status (the first that applies, top down):\n"
-	"  2  usage, configuration or local error (also a failing --merge query; gate: a\n"
-	"     baseline of another shape: other node or rank count)\n"
+	"  2  usage, configuration or local error (also a failing --merge query, SQL that\n"
+	"     every node that answered refused, an unknown subcommand; gate: a baseline of\n"
+	"     another shape: other node or rank count)\n"
 	"  5  stragglers: a hung rank was found (even on partial coverage)\n"
 	"  1  stragglers: a straggler found; netcheck: a rank or node named; gate: a metric\n"
 	"     regressed; --fail-if returned rows\n"
@@ -1084,8 +1086,15 @@ static int run(int cmd, struct query_opts *q)
 			err = 0;
 		if (!err && merge_has_table(m) && answered) {
 			err = an_seen(merge_db(m), cmd == CMD_NETCHECK, &seen);
+			/* A verdict over the first N rows of a node is none. */
+			if (!err && coverage_limited(cov) &&
+			    asprintf(&short_of, "--max-rows %lld cut the rows of %zu node%s: "
+						"drop --max-rows for a verdict",
+				     q->max_rows, coverage_limited(cov),
+				     coverage_limited(cov) == 1 ? "" : "s") < 0)
+				short_of = NULL;
 			/* Short coverage says it first: the missing ranks follow from it. */
-			if (!err && !coverage_exit(cov, q->min_coverage))
+			if (!err && !short_of && !coverage_exit(cov, q->min_coverage))
 				short_of = analysis_short(&seen, q, answered);
 		}
 		if (err) {
@@ -1140,6 +1149,9 @@ static int run(int cmd, struct query_opts *q)
 	}
 	if (!q->quiet && summary)
 		fprintf(stderr, "%s\n", summary);
+	/* The same refusal of the SQL on every node that answered: the query is wrong. */
+	if (!ret && cmd == CMD_QUERY && !fail_rows && coverage_user_sql_error(cov))
+		ret = FQ_EXIT_USAGE;
 	if (!ret)
 		ret = analysis	   ? analysis_exit(&fd, cov, q->min_coverage, fail_rows > 0,
 					       short_of)
@@ -1165,6 +1177,59 @@ out:
 	hostlist_free(hl);
 	config_release(&conf);
 	return ret;
+}
+
+/* Edits (insert, delete, replace) from a to b, both short. */
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), d[33];
+
+	if (la > 32 || lb > 32)
+		return SIZE_MAX;
+	for (size_t j = 0; j <= lb; j++)
+		d[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = d[0];
+
+		d[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = d[j], v = diag + (a[i - 1] != b[j - 1]);
+
+			v = up + 1 < v ? up + 1 : v;
+			v = d[j - 1] + 1 < v ? d[j - 1] + 1 : v;
+			diag = up;
+			d[j] = v;
+		}
+	}
+	return d[lb];
+}
+
+/*
+ * One bare word that is no SQL keyword (VACUUM, BEGIN ...) is a mistyped
+ * subcommand, not a query to send to every node: 2 and a suggestion.
+ * Returns -1 when sql is no such word.
+ */
+static int bare_word(const char *sql)
+{
+	size_t n = strlen(sql), best = SIZE_MAX, d;
+	const char *near = NULL;
+
+	if (!n || n > 64 || !strcmp(sql, "-") ||
+	    strspn(sql, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n ||
+	    sqlite3_keyword_check(sql, (int)n))
+		return -1;
+	for (size_t i = 0; i < sizeof(cmd_names) / sizeof(cmd_names[0]); i++) {
+		d = edit_distance(sql, cmd_names[i]);
+		if (d < best) {
+			best = d;
+			near = cmd_names[i];
+		}
+	}
+	if (near && best <= 2)
+		return usage_error("unknown subcommand '%s'; did you mean '%s'?", sql, near);
+	return usage_error("unknown subcommand '%s': see fleetq --help (a query is SQL, e.g. "
+			   "\"SELECT count(*) FROM collectives\")",
+			   sql);
 }
 
 int main(int argc, char **argv)
@@ -1198,6 +1263,9 @@ int main(int argc, char **argv)
 		ret = FQ_EXIT_OK;
 		goto out;
 	}
+	/* Before its options: a typo's options are the subcommand's, not the query's. */
+	if (!named && first < argc && (ret = bare_word(argv[first])) >= 0)
+		goto out;
 	/* Then the subcommand's options, global ones included, and its arguments. */
 	ret = named ? parse_args(argc - first, argv + first, &q, cmd, &pos, &npos)
 		    : parse_args(argc - first + 1, argv + first - 1, &q, cmd, &pos, &npos);

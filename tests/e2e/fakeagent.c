@@ -13,6 +13,8 @@
  *       huge      a header announcing a frame past WIRE_FRAME_MAX
  *       errorauth ERROR WIRE_E_AUTH instead of HELLO, then close
  *       ok        a well-behaved answer: COLUMNS (a, b), 3 rows, END
+ *       busy      END with status BUSY after the QUERY (too many queries)
+ *       errbusy   ERROR WIRE_E_BUSY instead of HELLO (too many sessions), then close
  *       values    a well-behaved answer with values a real agent never sends (NaN,
  *                 -0.0, text with a NUL, invalid UTF-8, ...) and column names that
  *                 clash ("v", "V", "node", "", "v_2", "w")
@@ -156,11 +158,24 @@ static void serve(int fd, const char *mode)
 		write_all(fd, b.data, b.len);
 		goto out;
 	}
+	if (!strcmp(mode, "errbusy")) {
+		wire_put_error(&b, WIRE_E_BUSY, "too many sessions (256)");
+		write_all(fd, b.data, b.len);
+		goto out;
+	}
 	wire_put_hello(&b, &h);
 	write_all(fd, b.data, b.len);
 	wire_buf_reset(&b);
 	if (read_frame(fd))
 		goto out;
+	if (!strcmp(mode, "busy")) {
+		e.rows = 0;
+		e.status = WIRE_E_BUSY;
+		e.message = "agent busy: 8 queries running, try again";
+		wire_put_end(&b, &e);
+		write_all(fd, b.data, b.len);
+		goto out;
+	}
 	if (!strcmp(mode, "values")) {
 		static const char *const vcols[] = { "v", "V", "node", "", "v_2", "w" };
 
