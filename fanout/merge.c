@@ -22,6 +22,7 @@ struct merge {
 	char **cols;  /* the table's column names: node, then names made unique */
 	int in_txn;
 	size_t pending;
+	const char *rowid; /* the name of the internal row id no column hides */
 };
 
 static int db_fail(sqlite3 *db, const char *what, char **cause)
@@ -136,15 +137,40 @@ static int name_taken(char **names, size_t n, const char *s)
 	return 0;
 }
 
+/*
+ * SQLite's row id has three names, and a column of one of them hides it: the
+ * merge writes and drops rows by the first name no column takes. When the
+ * node's columns take all three, its "oid" becomes "oid_2" (the others keep
+ * their names: a query asking for rowid means the node's column).
+ */
+static const char *rowid_name(size_t ncols, const char *const *names)
+{
+	static const char *const aliases[] = { "rowid", "_rowid_", "oid" };
+
+	for (size_t a = 0; a < 3; a++) {
+		size_t i = 0;
+
+		while (i < ncols && strcasecmp(names[i], aliases[a]))
+			i++;
+		if (i == ncols)
+			return aliases[a];
+	}
+	return NULL;
+}
+
 static int create_table(struct merge *m, size_t ncols, const char *const *names, char **cause)
 {
 	struct strbuf b = STRBUF_INIT;
 	char **uniq = calloc(ncols + 1, sizeof(*uniq));
+	const char *reserve = NULL;
 	int err = -ENOMEM;
 	size_t i;
 
 	if (!uniq)
 		goto out;
+	m->rowid = rowid_name(ncols, names);
+	if (!m->rowid)
+		m->rowid = reserve = "oid";
 	/* SQLite column names are case-insensitive: "x" and "X" clash too. */
 	uniq[0] = strdup("node");
 	if (!uniq[0])
@@ -152,7 +178,9 @@ static int create_table(struct merge *m, size_t ncols, const char *const *names,
 	for (i = 0; i < ncols; i++) {
 		char *s = strdup(names[i]);
 
-		for (int k = 2; s && name_taken(uniq, i + 1, s); k++) {
+		for (int k = 2;
+		     s && (name_taken(uniq, i + 1, s) || (reserve && !strcasecmp(s, reserve)));
+		     k++) {
 			free(s);
 			if (asprintf(&s, "%s_%d", names[i], k) < 0)
 				s = NULL;
@@ -175,7 +203,8 @@ static int create_table(struct merge *m, size_t ncols, const char *const *names,
 		goto out;
 	}
 	b.len = 0;
-	sb_puts(&b, "INSERT INTO results(rowid");
+	sb_puts(&b, "INSERT INTO results(");
+	sb_puts(&b, m->rowid);
 	for (i = 0; i <= ncols; i++) {
 		sb_putc(&b, ',');
 		sb_ident(&b, uniq[i]);
@@ -309,12 +338,17 @@ int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
 int merge_drop(struct merge *m, size_t idx, char **cause)
 {
 	sqlite3_stmt *st = NULL;
-	int err = 0;
+	char *sql;
+	int err = 0, rc;
 
 	if (!m->ins)
 		return 0;
-	if (sqlite3_prepare_v2(m->db, "DELETE FROM results WHERE rowid BETWEEN ? AND ?", -1, &st,
-			       NULL))
+	sql = sqlite3_mprintf("DELETE FROM results WHERE %s BETWEEN ? AND ?", m->rowid);
+	if (!sql)
+		return -ENOMEM;
+	rc = sqlite3_prepare_v2(m->db, sql, -1, &st, NULL);
+	sqlite3_free(sql);
+	if (rc)
 		return db_fail(m->db, "cannot prepare delete", cause);
 	sqlite3_bind_int64(st, 1, (int64_t)idx << ROW_BITS);
 	sqlite3_bind_int64(st, 2, ((int64_t)(idx + 1) << ROW_BITS) - 1);

@@ -87,4 +87,20 @@ fake errbusy
 fq --insecure -w "127.0.0.1:$port" "SELECT 1"
 expect_rc 3 "busy agent (ERROR)"
 err_has "busy: 127.0.0.1:$port \(too many sessions \(256\)\)"
+# 5. a column named rowid is the node's, not the merge's row id
+B=$(echo "$HOSTS" | cut -d, -f2)
+fq -w "$A,$B" --format csv --merge "SELECT * FROM results" "SELECT 42 AS rowid, 'v' AS k"
+expect_rc 0 "rowid column"
+[ "$(tail -n +2 "$T/out" | cut -d, -f2 | sort -u)" = 42 ] ||
+	fail "rowid column overwritten: $(cat "$T/out")"
+fq -w "$A,$B" --format csv --merge "SELECT rowid, oid, _rowid_ FROM results" \
+	"SELECT 42 AS RowId, 7 AS k"
+[ "$(tail -n +2 "$T/out" | cut -d, -f1 | sort -u)" = 42 ] ||
+	fail "RowId column overwritten: $(cat "$T/out")"
+fq -w "$A,$B" --fail-if "SELECT * FROM results WHERE rowid = 42" "SELECT 42 AS rowid, 'v' AS k"
+expect_rc 1 "--fail-if over a rowid column"
+fq -w "$A,$B" --format csv --merge "SELECT rowid, _rowid_, oid_2 FROM results" \
+	"SELECT 1 AS rowid, 2 AS _rowid_, 3 AS oid"
+expect_rc 0 "all three row id names taken"
+[ "$(tail -n +2 "$T/out" | sort -u)" = "1,2,3" ] || fail "three row id names: $(cat "$T/out")"
 echo "cli-mistakes: ok"
