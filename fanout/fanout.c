@@ -597,7 +597,9 @@ static void node_start(struct node *n)
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_protocol = IPPROTO_TCP;
-	hints.ai_flags = EVUTIL_AI_ADDRCONFIG;
+	/* An address is no name: ADDRCONFIG would refuse ::1 on a host without a
+	 * routable IPv6 address, as libevent checks for one. */
+	hints.ai_flags = n->is_ip ? EVUTIL_AI_NUMERICHOST : EVUTIL_AI_ADDRCONFIG;
 	snprintf(port, sizeof(port), "%d", n->port);
 	/* The callback may run before this returns (numeric hosts). */
 	n->dns = evdns_getaddrinfo(fo->dns, n->host, port, &hints, dns_cb, n);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "hostlist.h"
+#include "readfile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -7,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A hosts file of HOSTLIST_MAX long names fits; more is the wrong file (/dev/zero). */
+#define HOSTS_FILE_MAX (64u << 20)
 
 #define HOST_MAX 1024
 
@@ -84,9 +88,36 @@ static int set_grow(struct hostlist *hl)
 	return 0;
 }
 
+/*
+ * "host:09401" is "host:9401": one node, queried and counted once. Writes
+ * the entry with its port's leading zeros gone into out (HOST_MAX bytes).
+ */
+static const char *canon_port(const char *s, char *out)
+{
+	const char *colon = s[0] == '[' ? strstr(s, "]:") : strchr(s, ':');
+	const char *d;
+
+	if (!colon)
+		return s;
+	colon += s[0] == '[';
+	/* a bare IPv6 address ("::1") has no port */
+	if (s[0] != '[' && strchr(colon + 1, ':'))
+		return s;
+	d = colon + 1;
+	while (d[0] == '0' && d[1])
+		d++;
+	if (d == colon + 1 || strspn(d, "0123456789") != strlen(d))
+		return s;
+	snprintf(out, HOST_MAX, "%.*s%s", (int)(colon + 1 - s), s, d);
+	return out;
+}
+
 static int add_host(struct hostlist *hl, const char *s)
 {
+	char canon[HOST_MAX];
 	size_t *slot;
+
+	s = canon_port(s, canon);
 
 	if ((hl->n + 1) * 2 > hl->setcap && set_grow(hl))
 		return -ENOMEM;
@@ -333,19 +364,20 @@ int hostlist_push(struct hostlist *hl, const char *expr, char **cause)
 int hostlist_read_file(struct hostlist *hl, const char *path, char **cause)
 {
 	FILE *f;
-	char *line = NULL, *c;
-	size_t cap = 0;
+	char *line = NULL, *c, *text;
+	size_t cap = 0, tlen;
 	ssize_t len;
 	unsigned lineno = 0;
 	int err = 0;
 
 	*cause = NULL;
-	f = fopen(path, "r");
-	if (!f) {
-		err = -errno;
-		if (asprintf(cause, "cannot open hosts file '%s': %s", path, strerror(errno)) < 0)
-			*cause = NULL;
+	err = fq_read_file(path, "hosts file", HOSTS_FILE_MAX, &text, &tlen, cause);
+	if (err)
 		return err;
+	f = fmemopen(text, tlen ? tlen : 1, "r");
+	if (!f) {
+		free(text);
+		return -ENOMEM;
 	}
 	while ((len = getline(&line, &cap, f)) >= 0) {
 		char *sub = NULL;
@@ -377,6 +409,7 @@ int hostlist_read_file(struct hostlist *hl, const char *path, char **cause)
 	}
 	free(line);
 	fclose(f);
+	free(text);
 	return err;
 }
 
