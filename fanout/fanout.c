@@ -61,6 +61,7 @@ struct node {
 	struct bufferevent *bev;
 	SSL *ssl;
 	int64_t rows;
+	int64_t bytes; /* ROWS frame bytes accepted, against p->max_bytes */
 	size_t ncols;
 	char *last_error;
 	int64_t t_lo;	/* CLOCK_REALTIME before the agent could have built its HELLO */
@@ -104,6 +105,7 @@ struct fanout {
 	struct wire_value *params; /* per-node copy of p->params (the clock one shifted) */
 	int64_t start_ms;
 	int64_t rows_total;
+	int64_t bytes_total; /* ROWS frame bytes accepted, against p->max_bytes */
 	char *fatal; /* a local failure that stops the fan-out */
 };
 
@@ -951,10 +953,31 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 			    msg->u.rows.ncols, n->ncols);
 		return;
 	}
+	/* A hostile or broken agent must not grow us without bound. */
+	/* (a relay's connection carries the rows of n->count nodes) */
+	if (fo->p->max_bytes > 0 &&
+	    n->bytes + (int64_t)len > fo->p->max_bytes * (int64_t)n->count) {
+		node_finish(n, FQ_TRUNCATED, "fleetq's --max-bytes of %" PRId64
+			    " per node reached, %" PRId64 " rows kept", fo->p->max_bytes, n->rows);
+		return;
+	}
+	if (fo->p->max_bytes > 0 && fo->bytes_total + (int64_t)len > 4 * fo->p->max_bytes) {
+		node_finish(n, FQ_TRUNCATED, "fleetq's budget of %" PRId64 " bytes per run "
+			    "(4 x --max-bytes) reached, %" PRId64 " rows kept",
+			    4 * fo->p->max_bytes, n->rows);
+		return;
+	}
+	n->bytes += (int64_t)len;
+	fo->bytes_total += (int64_t)len;
 	/* wire_decode() checked every row: one node's frame is kept whole, read when printed. */
 	if (fo->dq && !n->off) {
 		int64_t nr = (int64_t)msg->u.rows.nrows;
 
+		if (fo->p->max_rows > 0 && n->rows + nr > fo->p->max_rows) {
+			node_finish(n, FQ_PROTOCOL, "sent more rows than the %" PRId64
+				    " asked for (--max-rows)", fo->p->max_rows);
+			return;
+		}
 		if (nr && direct_frame(fo->dq, n->first, frame, len)) {
 			set_fatal(fo, NULL);
 			return;
@@ -980,6 +1003,11 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 			}
 		}
 		l = &fo->leaves[h];
+		if (fo->p->max_rows > 0 && l->rows >= fo->p->max_rows) {
+			node_finish(n, FQ_PROTOCOL, "%s sent more rows than the %" PRId64
+				    " asked for (--max-rows)", fo->p->hosts[h], fo->p->max_rows);
+			return;
+		}
 		if (fo->p->sink)
 			err = fo->p->sink->row(fo->p->sink->ctx, h, n->ncols - n->off,
 					       fo->vals + n->off, &cause);

@@ -29,7 +29,11 @@ struct fanout_params {
 	int64_t connect_timeout_ms; /* until HELLO */
 	int64_t timeout_ms;	    /* the whole fan-out */
 	const char *sql;  /* NULL: no query, the session ends after the pings (fleetq ping) */
-	int64_t max_rows; /* per node, 0 = agent default */
+	int64_t max_rows; /* per node, 0 = agent default; a node sending more fails */
+	/* ROWS bytes accepted from one node, and from all of them together four
+	 * times that; 0 = no bound. Past either, the node whose frame crosses it is
+	 * cut (truncated), and so is any after. */
+	int64_t max_bytes;
 	int progress;	  /* progress line on stderr */
 	/* Values for the query's parameters, in order (outlive the fanout). */
 	const struct wire_value *params;

@@ -72,7 +72,10 @@ static const char usage_text[] =
 	"  --tree-width W           relay through agents: at most W groups, each sent to its\n"
 	"                           first host, which relays to the rest (0: flat, default)\n"
 	"  --max-rows N             row limit per node, sent to the agents (a node cut at N\n"
-	"                           rows is ok, and said so; analyses give no verdict)\n"
+	"                           rows is ok, and said so; analyses give no verdict); a\n"
+	"                           node sending more fails\n"
+	"  --max-bytes SIZE         row bytes accepted per node (default 256M), and 4 x SIZE\n"
+	"                           from all nodes in one run; past it a node is cut\n"
 	"  --pings N                clock samples per node after HELLO (default 4 for the\n"
 	"                           subcommands, 0 for queries: HELLO's clock only)\n"
 	"\n"
@@ -142,12 +145,17 @@ static const char usage_text[] =
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
 {
 	va_list ap;
+	char *s = NULL, *p;
 
-	fputs("fleetq: ", stderr);
+	/* A cause may quote an agent (a column name, a message): nothing raw reaches stderr. */
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = NULL;
 	va_end(ap);
-	fputc('\n', stderr);
+	p = s ? fq_printable(s) : NULL;
+	fprintf(stderr, "fleetq: %s\n", p ? p : "out of memory");
+	free(p);
+	free(s);
 	return FQ_EXIT_USAGE;
 }
 
@@ -164,6 +172,7 @@ enum {
 	OPT_MERGE,
 	OPT_MIN_COVERAGE,
 	OPT_MAX_ROWS,
+	OPT_MAX_BYTES,
 	OPT_INSECURE,
 	OPT_VERSION,
 	OPT_PINGS,
@@ -200,6 +209,7 @@ static const struct option long_opts[] = {
 	{ "merge", required_argument, NULL, OPT_MERGE },
 	{ "min-coverage", required_argument, NULL, OPT_MIN_COVERAGE },
 	{ "max-rows", required_argument, NULL, OPT_MAX_ROWS },
+	{ "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
 	{ "insecure", no_argument, NULL, OPT_INSECURE },
 	{ "no-session-cache", no_argument, NULL, OPT_NO_SESSION_CACHE },
 	{ "quiet", no_argument, NULL, 'q' },
@@ -274,6 +284,14 @@ static unsigned opt_cmds(int c)
  */
 #define DEFAULT_MAX_SEQS 1000
 
+/*
+ * Row bytes fleetq accepts from one node (agentd's own default cap), and four
+ * times that from all of them in one run: past either a node is cut
+ * (truncated, exit 3), so that no agent, broken or hostile, grows fleetq
+ * without bound.
+ */
+#define DEFAULT_MAX_BYTES (256ll << 20)
+
 struct query_opts {
 	struct fq_config flags;
 	const char **host_files, **host_exprs;
@@ -281,6 +299,7 @@ struct query_opts {
 	const char *merge;
 	double min_coverage;
 	long long max_rows;
+	long long max_bytes; /* -1: DEFAULT_MAX_BYTES */
 	int insecure, quiet;
 	int pings; /* -1: the command's default */
 	int tree_width; /* 0: flat fan-out */
@@ -434,6 +453,25 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 				return usage_error(
 					"--max-rows: invalid count '%s': use a number above 0",
 					optarg);
+			break;
+		case OPT_MAX_BYTES:
+			errno = 0;
+			q->max_bytes = strtoll(optarg, &end, 10);
+			if (!errno && end != optarg && q->max_bytes > 0 && *end &&
+			    strchr("KkMmGg", *end)) {
+				int sh = *end == 'K' || *end == 'k'   ? 10
+					 : *end == 'M' || *end == 'm' ? 20
+								      : 30;
+
+				q->max_bytes = q->max_bytes > (1ll << 40) >> sh ? -1
+									   : q->max_bytes << sh;
+				end++;
+			}
+			if (errno || end == optarg || *end || q->max_bytes < 1 ||
+			    q->max_bytes > (1ll << 40))
+				return usage_error("--max-bytes: invalid size '%s': use e.g. 256M or "
+						   "4G (at most 1024G)",
+						   optarg);
 			break;
 		case OPT_TREE_WIDTH:
 			errno = 0;
@@ -999,6 +1037,7 @@ static int run(int cmd, struct query_opts *q)
 	fp.timeout_ms = (int64_t)ceil(conf.timeout * 1000);
 	fp.sql = cmd == CMD_PING ? NULL : q->sql;
 	fp.max_rows = q->max_rows;
+	fp.max_bytes = q->max_bytes < 0 ? DEFAULT_MAX_BYTES : q->max_bytes;
 	fp.progress = isatty(STDERR_FILENO);
 	fp.params = plan.params;
 	fp.nparams = plan.nparams;
@@ -1234,7 +1273,7 @@ static int bare_word(const char *sql)
 
 int main(int argc, char **argv)
 {
-	struct query_opts q = { .min_coverage = 1.0, .pings = -1, .since_ns = -1, .max_seqs = -1,
+	struct query_opts q = { .min_coverage = 1.0, .max_bytes = -1, .pings = -1, .since_ns = -1, .max_seqs = -1,
 				.threshold = -1, .gate = { .tolerance = -1, .mad_k = -1 } };
 	const char **pos = NULL;
 	size_t npos = 0;

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include "merge.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,12 +131,35 @@ static void sb_ident(struct strbuf *b, const char *s)
 	sb_putc(b, '"');
 }
 
-static int name_taken(char **names, size_t n, const char *s)
+/*
+ * The column names taken so far, case-insensitively (as SQLite compares
+ * them), each with the next suffix worth trying after it: a node sending
+ * 4,000 columns of one name costs linear time, not cubic.
+ */
+struct taken {
+	struct taken_slot {
+		const char *name;
+		int next; /* "name_K" is taken for every K below this */
+	} *slot;
+	size_t cap;
+};
+
+static uint64_t ihash(const char *s)
 {
-	for (size_t i = 0; i < n; i++)
-		if (!strcasecmp(names[i], s))
-			return 1;
-	return 0;
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)tolower((unsigned char)*s)) * 1099511628211ull;
+	return h;
+}
+
+static struct taken_slot *taken_find(struct taken *t, const char *s)
+{
+	size_t i = (size_t)ihash(s) & (t->cap - 1);
+
+	while (t->slot[i].name && strcasecmp(t->slot[i].name, s))
+		i = (i + 1) & (t->cap - 1);
+	return &t->slot[i];
 }
 
 /*
@@ -163,10 +188,14 @@ static int create_table(struct merge *m, size_t ncols, const char *const *names,
 	struct strbuf b = STRBUF_INIT;
 	char **uniq = calloc(ncols + 1, sizeof(*uniq));
 	const char *reserve = NULL;
+	struct taken t = { NULL, 16 };
 	int err = -ENOMEM;
 	size_t i;
 
-	if (!uniq)
+	while (t.cap < 2 * (ncols + 2))
+		t.cap *= 2;
+	t.slot = calloc(t.cap, sizeof(*t.slot));
+	if (!uniq || !t.slot)
 		goto out;
 	m->rowid = rowid_name(ncols, names);
 	if (!m->rowid)
@@ -175,18 +204,26 @@ static int create_table(struct merge *m, size_t ncols, const char *const *names,
 	uniq[0] = strdup("node");
 	if (!uniq[0])
 		goto out;
+	taken_find(&t, "node")->name = uniq[0];
+	if (reserve)
+		taken_find(&t, reserve)->name = reserve;
 	for (i = 0; i < ncols; i++) {
+		struct taken_slot *base = taken_find(&t, names[i]), *slot = base;
 		char *s = strdup(names[i]);
+		int k = base->next > 2 ? base->next : 2;
 
-		for (int k = 2;
-		     s && (name_taken(uniq, i + 1, s) || (reserve && !strcasecmp(s, reserve)));
-		     k++) {
+		while (s && slot->name) {
 			free(s);
-			if (asprintf(&s, "%s_%d", names[i], k) < 0)
+			if (asprintf(&s, "%s_%d", names[i], k++) < 0)
 				s = NULL;
+			else
+				slot = taken_find(&t, s);
 		}
 		if (!s)
 			goto out;
+		if (base != slot)
+			base->next = k;
+		slot->name = s;
 		uniq[i + 1] = s;
 	}
 	sb_puts(&b, "CREATE TABLE results(");
@@ -224,6 +261,7 @@ static int create_table(struct merge *m, size_t ncols, const char *const *names,
 	uniq = NULL;
 	err = 0;
 out:
+	free(t.slot);
 	if (uniq)
 		for (i = 0; i <= ncols; i++)
 			free(uniq[i]);
@@ -251,6 +289,13 @@ int merge_columns(struct merge *m, size_t ncols, const char *const *names, char 
 				return -EINVAL;
 			}
 		return 0;
+	}
+	/* More than SQLite's table holds fails this node, not the run. */
+	if (ncols + 1 > (size_t)sqlite3_limit(m->db, SQLITE_LIMIT_COLUMN, -1)) {
+		if (asprintf(cause, "%zu columns, more than the merge holds (%d)", ncols,
+			     sqlite3_limit(m->db, SQLITE_LIMIT_COLUMN, -1) - 1) < 0)
+			*cause = NULL;
+		return -EINVAL;
 	}
 	m->names = calloc(ncols ? ncols : 1, sizeof(*m->names));
 	if (!m->names)
