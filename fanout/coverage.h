@@ -28,7 +28,7 @@ enum fq_outcome {
 	FQ_TLS,		/* handshake failed, agent refused our cert, cert/host mismatch */
 	FQ_SQL,		/* END with a query-level failure (sql, denied, limits) */
 	FQ_PROTOCOL,	/* malformed frames, wrong version, unexpected frame */
-	FQ_COLUMNS,	/* columns differ from the first node's: rows not merged */
+	FQ_COLUMNS,	/* columns differ from the most nodes': rows not merged */
 	FQ_PARTIAL,	/* connection lost before END: rows dropped */
 	FQ_AGENT,	/* agent sent ERROR (shutting down, internal) */
 	FQ_BUSY,	/* agent too busy (BUSY in END or ERROR): try again */

@@ -76,6 +76,9 @@ struct node {
 struct leaf {
 	int64_t rows;
 	int done;
+	int has_cols; /* sent COLUMNS (through its relay too) */
+	int deferred; /* done before the column sets were settled: keep is its wish */
+	int keep;
 };
 
 struct fanout {
@@ -106,6 +109,16 @@ struct fanout {
 	int64_t start_ms;
 	int64_t rows_total;
 	int64_t bytes_total; /* ROWS frame bytes accepted, against p->max_bytes */
+	/*
+	 * Nodes may answer with different columns (two versions of the trace
+	 * schema, a hostile node): the set most hosts answered with wins, ties to
+	 * the one whose first host comes first in the hostlist, whoever was
+	 * fastest. Until every host has sent its columns or ended, rows wait (the
+	 * direct queue holds them) and nothing prints.
+	 */
+	size_t unsettled; /* hosts with neither COLUMNS nor an end yet */
+	int settled;
+	int winner; /* the winning column set (merge_set_of()), or -1 */
 	char *fatal; /* a local failure that stops the fan-out */
 };
 
@@ -364,6 +377,8 @@ static void set_fatal(struct fanout *fo, char *cause)
 	event_base_loopbreak(fo->base);
 }
 
+static void maybe_settle(struct fanout *fo);
+
 /* Records host h's outcome, once. */
 static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *msg)
 {
@@ -379,9 +394,18 @@ static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *ms
 		return;
 	}
 	/* Only a node that ended cleanly keeps its rows: anything else would
-	 * pass a partial answer off as complete. */
-	if (fo->dq && direct_done(fo->dq, h, outcome == FQ_OK || outcome == FQ_TRUNCATED))
+	 * pass a partial answer off as complete; and only one of the winning
+	 * column set (settle()). */
+	if (fo->dq && !fo->settled) {
+		l->deferred = 1;
+		l->keep = outcome == FQ_OK || outcome == FQ_TRUNCATED;
+	} else if (fo->dq && direct_done(fo->dq, h,
+					 (outcome == FQ_OK || outcome == FQ_TRUNCATED) &&
+						 merge_set_of(fo->m, h) == fo->winner)) {
 		set_fatal(fo, NULL);
+	}
+	if (!fo->settled && !l->has_cols)
+		fo->unsettled--;
 	/* The merge's writer failed (an insert): stop now, not at the deadline. */
 	if (fo->dq && fo->dq != fo->p->direct && !fo->fatal && direct_failed(fo->dq)) {
 		int e = direct_drain(fo->dq, &cause);
@@ -431,6 +455,7 @@ static void node_finish(struct node *n, int outcome, const char *fmt, ...)
 		SSL_shutdown(n->ssl);
 	n->state = N_DONE;
 	node_release(n);
+	maybe_settle(fo);
 	fo->done++;
 	if (fo->done == fo->n)
 		event_base_loopexit(fo->base, NULL);
@@ -866,6 +891,7 @@ static void on_end(struct node *n, const struct wire_end *e)
 		}
 		outcome = end_outcome(e, fo->leaves[h].rows, user_max_rows(fo), &why);
 		leaf_finish(fo, h, outcome, why);
+		maybe_settle(fo);
 		if (!fo->p->sink && fo->cov)
 			coverage_set_status(fo->cov, h, (int)e->status);
 		free(why);
@@ -895,28 +921,127 @@ static void on_end(struct node *n, const struct wire_end *e)
 	free(why);
 }
 
+/* How set k differs from the winning one, for its hosts' coverage line. */
+static const char *set_differs(struct fanout *fo, int k, char *buf, size_t len)
+{
+	size_t na, nb, agree = 0, i;
+	const char *const *a = merge_set_names(fo->m, k, &na);
+	const char *const *b = merge_set_names(fo->m, fo->winner, &nb);
+
+	for (size_t h = 0; h < fo->nh; h++)
+		agree += merge_set_of(fo->m, h) == fo->winner;
+	for (i = 0; i < na && i < nb && !strcmp(a[i], b[i]); i++)
+		;
+	if (na != nb)
+		snprintf(buf, len, "%zu columns, the %zu node%s that agree have %zu", na, agree,
+			 agree == 1 ? "" : "s", nb);
+	else
+		snprintf(buf, len, "column %zu is '%s', the %zu node%s that agree have '%s'",
+			 i + 1, i < na ? a[i] : "?", agree, agree == 1 ? "" : "s",
+			 i < nb ? b[i] : "?");
+	return buf;
+}
+
+/*
+ * Every host has sent its columns or ended: the column set most hosts sent
+ * wins (ties: the set of the first host in the hostlist), the others' hosts
+ * are "columns differ", and the rows that waited go on.
+ */
+static void settle(struct fanout *fo)
+{
+	size_t ns = merge_sets(fo->m), *count = NULL, *first = NULL;
+	char why[256];
+	int err = 0;
+
+	fo->settled = 1;
+	fo->winner = -1;
+	if (ns) {
+		count = calloc(ns, sizeof(*count));
+		first = calloc(ns, sizeof(*first));
+		if (!count || !first) {
+			free(count);
+			free(first);
+			set_fatal(fo, NULL);
+			return;
+		}
+		for (size_t h = fo->nh; h-- > 0;) {
+			int k = merge_set_of(fo->m, h);
+
+			if (k >= 0) {
+				count[k]++;
+				first[k] = h;
+			}
+		}
+		fo->winner = 0;
+		for (size_t k = 1; k < ns; k++)
+			if (count[k] > count[fo->winner] ||
+			    (count[k] == count[fo->winner] && first[k] < first[fo->winner]))
+				fo->winner = (int)k;
+		free(count);
+		free(first);
+	}
+	if (fo->dq && ns) {
+		size_t tn;
+		const char *const *tnames = merge_set_columns(fo->m, fo->winner, &tn);
+
+		err = direct_begin(fo->dq, tn, tnames);
+		if (err) {
+			set_fatal(fo, NULL);
+			return;
+		}
+	}
+	/* The losers still running stop; those that ended lose their rows. */
+	for (size_t i = 0; i < fo->n && ns > 1; i++) {
+		struct node *n = &fo->nodes[i];
+		int k = merge_set_of(fo->m, n->first);
+
+		if (n->state != N_DONE && k >= 0 && k != fo->winner)
+			node_finish(n, FQ_COLUMNS, "%s", set_differs(fo, k, why, sizeof(why)));
+	}
+	for (size_t h = 0; h < fo->nh; h++) {
+		struct leaf *l = &fo->leaves[h];
+		int k = merge_set_of(fo->m, h), o = coverage_outcome(fo->cov, h);
+
+		if (l->deferred && k != fo->winner && (o == FQ_OK || o == FQ_TRUNCATED)) {
+			coverage_set(fo->cov, h, FQ_COLUMNS, l->rows,
+				     set_differs(fo, k, why, sizeof(why)));
+			fo->rows_total -= l->rows;
+		}
+		if (l->deferred && fo->dq && direct_done(fo->dq, h, l->keep && k == fo->winner))
+			set_fatal(fo, NULL);
+		l->deferred = 0;
+	}
+}
+
+static void maybe_settle(struct fanout *fo)
+{
+	if (!fo->settled && !fo->unsettled && !fo->p->sink)
+		settle(fo);
+}
+
 static void on_columns(struct node *n, struct wire_msg *msg)
 {
 	struct fanout *fo = n->fo;
 	size_t nc = msg->u.columns.ncols;
-	char *cause = NULL;
+	char *cause = NULL, why[256];
 	const char *const *names = msg->u.columns.names;
-	int err;
+	int err, set = -1;
 
 	if (n->off && (!nc || strcmp(names[0], "node"))) {
 		node_finish(n, FQ_PROTOCOL, "relay COLUMNS do not start with 'node'");
 		return;
 	}
-	if (fo->p->sink)
+	if (fo->p->sink) {
 		err = fo->p->sink->columns(fo->p->sink->ctx, n->first, nc - n->off,
 					   names + n->off, &cause);
-	else
-		err = merge_columns(fo->m, nc - n->off, names + n->off, &cause);
-	if (!err && fo->dq) {
-		size_t tn;
-		const char *const *tnames = merge_table_columns(fo->m, &tn);
-
-		err = direct_begin(fo->dq, tn, tnames);
+	} else {
+		err = merge_columns(fo->m, n->first, n->count, nc - n->off, names + n->off, &cause);
+		set = err;
+		err = err < 0 ? err : 0;
+	}
+	if (!err && set >= 0 && fo->settled && set != fo->winner) {
+		node_finish(n, FQ_COLUMNS, "%s", set_differs(fo, set, why, sizeof(why)));
+		return;
 	}
 	if (err == -EINVAL) {
 		node_finish(n, FQ_COLUMNS, "%s", cause ? cause : "columns differ");
@@ -939,6 +1064,12 @@ static void on_columns(struct node *n, struct wire_msg *msg)
 	}
 	n->ncols = nc;
 	n->state = N_ROWS;
+	for (size_t h = n->first; h < n->first + n->count && !fo->settled; h++)
+		if (!fo->leaves[h].has_cols && !fo->leaves[h].done) {
+			fo->leaves[h].has_cols = 1;
+			fo->unsettled--;
+		}
+	maybe_settle(fo);
 }
 
 /* frame: the frame msg was decoded from (len bytes). */
@@ -1012,7 +1143,7 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 			err = fo->p->sink->row(fo->p->sink->ctx, h, n->ncols - n->off,
 					       fo->vals + n->off, &cause);
 		else if (fo->dq)
-			err = direct_row(fo->dq, h, fo->vals + n->off);
+			err = direct_row(fo->dq, h, n->ncols - n->off, fo->vals + n->off);
 		else
 			err = merge_row(fo->m, h, fo->p->hosts[h], l->rows, fo->vals + n->off,
 					&cause);
@@ -1295,6 +1426,13 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 		err = fq_fail(cause, -ENOMEM, "cannot set up the DNS resolver");
 		goto out;
 	}
+	fo->settled = !fo->p->sql || fo->p->sink;
+	fo->unsettled = fo->settled ? 0 : fo->nh;
+	fo->winner = fo->settled ? 0 : -1;
+	if (!fo->p->sink && merge_hosts(m, fo->nh)) {
+		err = fq_fail(cause, -ENOMEM, "out of memory");
+		goto out;
+	}
 	fo->dq = fo->p->direct;
 	if (!fo->dq && !fo->p->sink) {
 		fo->dq = direct_new_merge(m, fo->nh, fo->p->hosts, DIRECT_HELD_MAX);
@@ -1323,6 +1461,9 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	}
 	if (fo->progress_shown)
 		fprintf(stderr, "\r\033[K");
+	/* (every host has ended by now, unless the run stopped short) */
+	if (!fo->fatal && !fo->settled && !fo->p->sink)
+		settle(fo);
 	if (fo->fatal) {
 		err = fo->cancelled ? -ECANCELED : -EIO;
 		*cause = fo->fatal;
@@ -1330,6 +1471,8 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	}
 	if (!err && fo->dq && fo->dq != fo->p->direct)
 		err = direct_drain(fo->dq, cause);
+	if (!err && !fo->p->sink && fo->winner >= 0)
+		err = merge_choose(m, fo->winner, cause);
 	if (!err && !fo->p->sink)
 		err = merge_finish(m, cause);
 	for (size_t i = 0; i < fo->nh && !err && !fo->p->sink; i++)

@@ -59,8 +59,8 @@ struct fanout_params {
 	 * NULL: rows go to the merge database, in hostlist order through a writer
 	 * thread of fanout_run()'s own (direct_new_merge()). Else rows go to this
 	 * direct output (fleetq's plain query) and the merge only makes the results
-	 * table, from the first node's COLUMNS, which names the columns (and fails
-	 * as it would).
+	 * table, from the winning column set (the one most hosts sent), which names
+	 * the columns (and fails as it would).
 	 */
 	struct direct *direct;
 	/* When not NULL, polled every 100 ms: nonzero stops the fan-out
