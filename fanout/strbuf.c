@@ -196,6 +196,7 @@ void sb_printable(struct strbuf *b, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 	size_t i = 0, run;
+	char esc[4] = { '\\', 'x', 0, 0 };
 
 	while (i < n) {
 		for (run = i; run < n && (unsigned char)s[run] >= 0x20 && s[run] != 0x7f; run++)
@@ -203,8 +204,8 @@ void sb_printable(struct strbuf *b, const char *s, size_t n)
 		sb_add(b, s + i, run - i);
 		if (run == n)
 			break;
-		char esc[4] = { '\\', 'x', hex[(unsigned char)s[run] >> 4], hex[s[run] & 15] };
-
+		esc[2] = hex[(unsigned char)s[run] >> 4];
+		esc[3] = hex[s[run] & 15];
 		sb_add(b, esc, 4);
 		i = run + 1;
 	}
