@@ -488,8 +488,9 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 	sqlite3_finalize(st);
 	/* A rank answers once per communicator, on whichever node and pid it ran. */
 	sql = sqlite3_mprintf("SELECT comm_hash, count(DISTINCT rank), max(nranks) FROM results "
-			      "WHERE %s AND comm_hash IS NOT NULL AND rank IS NOT NULL GROUP BY "
-			      "comm_hash HAVING count(DISTINCT rank) < max(nranks) ORDER BY comm_hash",
+			      "WHERE %s AND comm_hash IS NOT NULL AND rank IS NOT NULL "
+			      "GROUP BY comm_hash HAVING count(DISTINCT rank) < max(nranks) "
+			      "ORDER BY comm_hash",
 			      in);
 	rc = sql ? sqlite3_prepare_v2(db, sql, -1, &st, NULL) : SQLITE_NOMEM;
 	sqlite3_free(sql);

@@ -113,12 +113,15 @@ struct fanout {
 	 * Nodes may answer with different columns (two versions of the trace
 	 * schema, a hostile node): the set most hosts answered with wins, ties to
 	 * the one whose first host comes first in the hostlist, whoever was
-	 * fastest. Until every host has sent its columns or ended, rows wait (the
-	 * direct queue holds them) and nothing prints.
+	 * fastest. Until more than half of the hosts sent one set, or every host
+	 * has sent its columns or ended, rows wait (the direct queue holds them)
+	 * and nothing prints.
 	 */
 	size_t unsettled; /* hosts with neither COLUMNS nor an end yet */
 	int settled;
 	int winner; /* the winning column set (merge_set_of()), or -1 */
+	/* Hosts per column set: past half of all hosts a set has won already. */
+	size_t set_hosts[MERGE_SETS_MAX];
 	char *fatal; /* a local failure that stops the fan-out */
 };
 
@@ -924,12 +927,10 @@ static void on_end(struct node *n, const struct wire_end *e)
 /* How set k differs from the winning one, for its hosts' coverage line. */
 static const char *set_differs(struct fanout *fo, int k, char *buf, size_t len)
 {
-	size_t na, nb, agree = 0, i;
+	size_t na, nb, agree = fo->set_hosts[fo->winner], i;
 	const char *const *a = merge_set_names(fo->m, k, &na);
 	const char *const *b = merge_set_names(fo->m, fo->winner, &nb);
 
-	for (size_t h = 0; h < fo->nh; h++)
-		agree += merge_set_of(fo->m, h) == fo->winner;
 	for (i = 0; i < na && i < nb && !strcmp(a[i], b[i]); i++)
 		;
 	if (na != nb)
@@ -1064,12 +1065,18 @@ static void on_columns(struct node *n, struct wire_msg *msg)
 	}
 	n->ncols = nc;
 	n->state = N_ROWS;
+	if (set >= 0)
+		fo->set_hosts[set] += n->count;
 	for (size_t h = n->first; h < n->first + n->count && !fo->settled; h++)
 		if (!fo->leaves[h].has_cols && !fo->leaves[h].done) {
 			fo->leaves[h].has_cols = 1;
 			fo->unsettled--;
 		}
-	maybe_settle(fo);
+	/* More than half of all hosts agree: no other set can win, rows go on now. */
+	if (set >= 0 && !fo->settled && 2 * fo->set_hosts[set] > fo->nh)
+		settle(fo);
+	else
+		maybe_settle(fo);
 }
 
 /* frame: the frame msg was decoded from (len bytes). */

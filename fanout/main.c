@@ -469,9 +469,10 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			}
 			if (errno || end == optarg || *end || q->max_bytes < 1 ||
 			    q->max_bytes > (1ll << 40))
-				return usage_error("--max-bytes: invalid size '%s': use e.g. 256M or "
-						   "4G (at most 1024G)",
-						   optarg);
+				return usage_error(
+					"--max-bytes: invalid size '%s': use e.g. 256M or 4G (at most "
+					"1024G)",
+					optarg);
 			break;
 		case OPT_TREE_WIDTH:
 			errno = 0;
@@ -1273,7 +1274,8 @@ static int bare_word(const char *sql)
 
 int main(int argc, char **argv)
 {
-	struct query_opts q = { .min_coverage = 1.0, .max_bytes = -1, .pings = -1, .since_ns = -1, .max_seqs = -1,
+	struct query_opts q = { .min_coverage = 1.0, .max_bytes = -1, .pings = -1,
+				.since_ns = -1, .max_seqs = -1,
 				.threshold = -1, .gate = { .tolerance = -1, .mad_k = -1 } };
 	const char **pos = NULL;
 	size_t npos = 0;

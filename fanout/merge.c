@@ -31,12 +31,6 @@ struct tab {
 	char name[32];	   /* fq_cols_N until merge_choose() names the winner results */
 };
 
-/*
- * Column sets one fan-out keeps apart: more is no schema mix-up but a hostile
- * fleet. Fixed, so that the writer thread never reads an array being moved.
- */
-#define MERGE_SETS_MAX 64
-
 struct merge {
 	sqlite3 *db;
 	struct tab t[MERGE_SETS_MAX]; /* column sets in the order they first arrived */

@@ -20,6 +20,12 @@ struct merge;
 struct merge *merge_new(char **cause);
 void merge_free(struct merge *m);
 
+/*
+ * Column sets one fan-out keeps apart: more is no schema mix-up but a hostile
+ * fleet. Fixed, so that the writer thread never reads an array being moved.
+ */
+#define MERGE_SETS_MAX 64
+
 /* Before a fan-out: the number of hosts whose rows may come. 0 or -ENOMEM. */
 int merge_hosts(struct merge *m, size_t n);
 /*

@@ -207,7 +207,9 @@ static void serve(int fd, const char *mode)
 		}
 	}
 	if (!strncmp(mode, "dupcols", 7) || !strcmp(mode, "widecols")) {
-		size_t n = !strcmp(mode, "dupcols") ? 4000 : !strcmp(mode, "dupcols2k") ? 1998 : 2001;
+		size_t n = !strcmp(mode, "dupcols")	  ? 4000
+			   : !strcmp(mode, "dupcols2k") ? 1998
+							: 2001;
 		const char **names = calloc(n, sizeof(*names));
 		char (*wide)[16] = calloc(n, 16);
 		struct wire_value *v = calloc(n, sizeof(*v));
