@@ -73,7 +73,8 @@ int fq_read_file(const char *path, const char *what, size_t max, char **buf, siz
 		if (r < 0 && errno == EAGAIN) {
 			/* A pipe with a writer that has not written yet: wait, but not forever. */
 			struct pollfd p = { .fd = fd, .events = POLLIN };
-			int k = poll(&p, 1, FQ_READ_PIPE_MS);
+			/* (a person typing at a terminal takes the time it takes) */
+			int k = poll(&p, 1, isatty(fd) ? -1 : FQ_READ_PIPE_MS);
 
 			if (k == 0) {
 				err = fail(cause, -ETIMEDOUT,

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-/* How long a pipe or FIFO may stay silent before the read gives up. */
+/* How long a pipe or FIFO (not a terminal) may stay silent before the read gives up. */
 #define FQ_READ_PIPE_MS 10000
 
 /*
