@@ -1121,7 +1121,7 @@ static int retain_before(struct store *s, int64_t cutoff, bool *more)
 
 static int db_bytes(struct store *s, int64_t *bytes)
 {
-	int64_t pages, psize;
+	int64_t pages = 0, psize = 0; /* GCC -O3 cannot see exec_int() set them */
 	int rc;
 
 	rc = exec_int(s->db, "PRAGMA page_count", &pages);
@@ -1135,7 +1135,7 @@ static int db_bytes(struct store *s, int64_t *bytes)
 /* One retention pass, outside any batch. *more: call again soon. */
 static int retain_pass(struct store *s, bool *more)
 {
-	int64_t bytes, lo = INT64_MAX, hi = INT64_MIN, v;
+	int64_t bytes = 0, lo = INT64_MAX, hi = INT64_MIN, v = 0;
 	bool deleted_by_size = false;
 	int rc = SQLITE_OK;
 	char sql[128];

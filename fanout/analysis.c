@@ -481,3 +481,71 @@ int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, struct an_fin
 	fflush(out);
 	return err;
 }
+
+void an_seen_release(struct an_seen *s)
+{
+	free(s->comm);
+	memset(s, 0, sizeof(*s));
+}
+
+/*
+ * What the node rows cover, apart from the verdicts: which ranks of which
+ * communicators answered, and the first communicator that declares more
+ * ranks (nranks) than answered. Read from the node rows, not the merge's
+ * output (which lists only findings unless --all), so that the merge files
+ * may change freely; rows without comm_hash, rank and nranks (a user's own
+ * files) leave s->known 0.
+ */
+int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
+{
+	/* the rows of the window, as count_ranks() reads them ('last' rows are older) */
+	const char *in = netcheck ? "source = 'span'" : "kind = 'rank'";
+	sqlite3_stmt *st = NULL;
+	const unsigned char *c;
+	char *sql;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	sql = sqlite3_mprintf("SELECT count(*), count(DISTINCT comm_hash) FROM (SELECT DISTINCT "
+			      "comm_hash, rank FROM results WHERE %s AND comm_hash IS NOT NULL AND "
+			      "rank IS NOT NULL)",
+			      in);
+	rc = sql ? sqlite3_prepare_v2(db, sql, -1, &st, NULL) : SQLITE_NOMEM;
+	sqlite3_free(sql);
+	if (rc == SQLITE_NOMEM)
+		return -ENOMEM;
+	if (rc != SQLITE_OK)
+		return 0;
+	if (sqlite3_step(st) != SQLITE_ROW) {
+		sqlite3_finalize(st);
+		return -EIO;
+	}
+	s->ranks = sqlite3_column_int(st, 0);
+	s->comms = sqlite3_column_int(st, 1);
+	sqlite3_finalize(st);
+	/* A rank answers once per communicator, on whichever node and pid it ran. */
+	sql = sqlite3_mprintf("SELECT comm_hash, count(DISTINCT rank), max(nranks) FROM results "
+			      "WHERE %s AND comm_hash IS NOT NULL AND rank IS NOT NULL "
+			      "GROUP BY comm_hash HAVING count(DISTINCT rank) < max(nranks) "
+			      "ORDER BY comm_hash",
+			      in);
+	rc = sql ? sqlite3_prepare_v2(db, sql, -1, &st, NULL) : SQLITE_NOMEM;
+	sqlite3_free(sql);
+	if (rc == SQLITE_NOMEM)
+		return -ENOMEM;
+	if (rc != SQLITE_OK)
+		return 0;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (!s->partial++) {
+			c = sqlite3_column_text(st, 0);
+			s->comm = strdup(c ? (const char *)c : "?");
+			s->answered = sqlite3_column_int(st, 1);
+			s->declared = sqlite3_column_int(st, 2);
+		}
+	}
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE)
+		return -EIO;
+	s->known = 1;
+	return s->comm || !s->partial ? 0 : -ENOMEM;
+}

@@ -68,4 +68,18 @@ int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, struct an_fin
 /* The same counts without a report (machine formats). */
 int an_count(sqlite3 *db, int netcheck, struct an_findings *fd);
 
+/*
+ * What the node rows in table results cover: an analysis that saw no rank,
+ * or only some ranks of a communicator, has no verdict to give.
+ */
+struct an_seen {
+	int known;	      /* the rows carry comm_hash, rank and nranks */
+	int ranks, comms;     /* distinct (communicator, rank) pairs, communicators */
+	int partial;	      /* communicators with fewer ranks answering than declared */
+	char *comm;	      /* the first of them (malloc'd) ... */
+	int answered, declared; /* ... its ranks that answered, and its nranks */
+};
+int an_seen(sqlite3 *db, int netcheck, struct an_seen *s);
+void an_seen_release(struct an_seen *s);
+
 #endif

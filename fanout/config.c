@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
+#include "readfile.h"
 #include "strbuf.h"
+
+/* A config file is a few lines: more is the wrong file (/dev/zero, a log). */
+#define CONFIG_FILE_MAX (1 << 20)
 
 #include <ctype.h>
 #include <errno.h>
@@ -158,19 +162,23 @@ int config_read_file(struct fq_config *c, const char *path, char **cause)
 {
 	struct fq_config fc;
 	FILE *f;
-	char *line = NULL, *k, *v, *eq, *sub = NULL;
-	size_t cap = 0;
+	char *line = NULL, *k, *v, *eq, *sub = NULL, *text;
+	size_t cap = 0, tlen;
 	unsigned lineno = 0;
 	int err = 0;
 
 	*cause = NULL;
-	f = fopen(path, "r");
-	if (!f) {
-		err = -errno;
-		if (err != -ENOENT &&
-		    asprintf(cause, "cannot open config file '%s': %s", path, strerror(errno)) < 0)
-			*cause = NULL;
+	err = fq_read_file(path, "config file", CONFIG_FILE_MAX, &text, &tlen, cause);
+	if (err == -ENOENT) {
+		free(*cause);
+		*cause = NULL;
+	}
+	if (err)
 		return err;
+	f = fmemopen(text, tlen ? tlen : 1, "r");
+	if (!f) {
+		free(text);
+		return -ENOMEM;
 	}
 	config_init(&fc);
 	while (getline(&line, &cap, f) >= 0) {
@@ -207,6 +215,7 @@ out:
 	free(sub);
 	free(line);
 	fclose(f);
+	free(text);
 	config_release(&fc);
 	return err;
 }

@@ -28,10 +28,11 @@ enum fq_outcome {
 	FQ_TLS,		/* handshake failed, agent refused our cert, cert/host mismatch */
 	FQ_SQL,		/* END with a query-level failure (sql, denied, limits) */
 	FQ_PROTOCOL,	/* malformed frames, wrong version, unexpected frame */
-	FQ_COLUMNS,	/* columns differ from the first node's: rows not merged */
+	FQ_COLUMNS,	/* columns differ from the most nodes': rows not merged */
 	FQ_PARTIAL,	/* connection lost before END: rows dropped */
-	FQ_AGENT,	/* agent sent ERROR (busy, shutting down, internal) */
+	FQ_AGENT,	/* agent sent ERROR (shutting down, internal) */
 	FQ_INTERRUPTED, /* the user stopped the fan-out (Ctrl-C) before this node finished */
+	FQ_BUSY,	/* agent too busy (BUSY in END or ERROR): try again */
 	FQ_NOUTCOMES
 };
 
@@ -45,6 +46,13 @@ void coverage_free(struct coverage *c);
 
 /* Records node i's outcome; message (may be NULL) is copied. */
 void coverage_set(struct coverage *c, size_t i, int outcome, int64_t rows, const char *message);
+/* Node i's END status (enum wire_status), after coverage_set. */
+void coverage_set_status(struct coverage *c, size_t i, int status);
+/* 1 when every node that answered refused the query itself (syntax, missing
+ * table, a write: END sql error or denied): the user's mistake, exit 2. */
+int coverage_user_sql_error(const struct coverage *c);
+/* Nodes ok whose rows the user's --max-rows cut (END row limit at exactly that many). */
+size_t coverage_limited(const struct coverage *c);
 int coverage_outcome(const struct coverage *c, size_t i);
 /* Node i's message (why it failed), or NULL; owned by c. */
 const char *coverage_message(const struct coverage *c, size_t i);

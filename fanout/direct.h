@@ -56,8 +56,12 @@ int direct_begin(struct direct *d, size_t ncols, const char *const *names);
  * hold the table's columns but node). 0 or -ENOMEM.
  */
 int direct_frame(struct direct *d, size_t h, const void *frame, size_t len);
-/* Keeps one row of host h, a relay's with its node column left out. 0 or -errno. */
-int direct_row(struct direct *d, size_t h, const struct wire_value *vals);
+/*
+ * Keeps one row of host h, a relay's with its node column left out (ncols
+ * values: before direct_begin() the table's columns are not known yet).
+ * 0 or -errno.
+ */
+int direct_row(struct direct *d, size_t h, size_t ncols, const struct wire_value *vals);
 /*
  * Host h has finished: its rows are kept (keep: it ended ok or truncated) or
  * dropped, and what is now in order goes to the writer. 0 or -errno.

@@ -62,6 +62,7 @@ struct node {
 	struct bufferevent *bev;
 	SSL *ssl;
 	int64_t rows;
+	int64_t bytes; /* ROWS frame bytes accepted, against p->max_bytes */
 	size_t ncols;
 	char *last_error;
 	int64_t t_lo;	/* CLOCK_REALTIME before the agent could have built its HELLO */
@@ -76,6 +77,9 @@ struct node {
 struct leaf {
 	int64_t rows;
 	int done;
+	int has_cols; /* sent COLUMNS (through its relay too) */
+	int deferred; /* done before the column sets were settled: keep is its wish */
+	int keep;
 };
 
 struct fanout {
@@ -106,6 +110,20 @@ struct fanout {
 	struct wire_value *params; /* per-node copy of p->params (the clock one shifted) */
 	int64_t start_ms;
 	int64_t rows_total;
+	int64_t bytes_total; /* ROWS frame bytes accepted, against p->max_bytes */
+	/*
+	 * Nodes may answer with different columns (two versions of the trace
+	 * schema, a hostile node): the set most hosts answered with wins, ties to
+	 * the one whose first host comes first in the hostlist, whoever was
+	 * fastest. Until more than half of the hosts sent one set, or every host
+	 * has sent its columns or ended, rows wait (the direct queue holds them)
+	 * and nothing prints.
+	 */
+	size_t unsettled; /* hosts with neither COLUMNS nor an end yet */
+	int settled;
+	int winner; /* the winning column set (merge_set_of()), or -1 */
+	/* Hosts per column set: past half of all hosts a set has won already. */
+	size_t set_hosts[MERGE_SETS_MAX];
 	char *fatal; /* a local failure that stops the fan-out */
 };
 
@@ -372,6 +390,8 @@ static void set_fatal(struct fanout *fo, char *cause)
 	event_base_loopbreak(fo->base);
 }
 
+static void maybe_settle(struct fanout *fo);
+
 /* Records host h's outcome, once. */
 static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *msg)
 {
@@ -387,9 +407,18 @@ static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *ms
 		return;
 	}
 	/* Only a node that ended cleanly keeps its rows: anything else would
-	 * pass a partial answer off as complete. */
-	if (fo->dq && direct_done(fo->dq, h, outcome == FQ_OK || outcome == FQ_TRUNCATED))
+	 * pass a partial answer off as complete; and only one of the winning
+	 * column set (settle()). */
+	if (fo->dq && !fo->settled) {
+		l->deferred = 1;
+		l->keep = outcome == FQ_OK || outcome == FQ_TRUNCATED;
+	} else if (fo->dq && direct_done(fo->dq, h,
+					 (outcome == FQ_OK || outcome == FQ_TRUNCATED) &&
+						 merge_set_of(fo->m, h) == fo->winner)) {
 		set_fatal(fo, NULL);
+	}
+	if (!fo->settled && !l->has_cols)
+		fo->unsettled--;
 	/* The merge's writer failed (an insert): stop now, not at the deadline. */
 	if (fo->dq && fo->dq != fo->p->direct && !fo->fatal && direct_failed(fo->dq)) {
 		int e = direct_drain(fo->dq, &cause);
@@ -439,6 +468,7 @@ static void node_finish(struct node *n, int outcome, const char *fmt, ...)
 		SSL_shutdown(n->ssl);
 	n->state = N_DONE;
 	node_release(n);
+	maybe_settle(fo);
 	fo->done++;
 	if (fo->done == fo->n)
 		event_base_loopexit(fo->base, NULL);
@@ -612,7 +642,9 @@ static void node_start(struct node *n)
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_protocol = IPPROTO_TCP;
-	hints.ai_flags = EVUTIL_AI_ADDRCONFIG;
+	/* An address is no name: ADDRCONFIG would refuse ::1 on a host without a
+	 * routable IPv6 address, as libevent checks for one. */
+	hints.ai_flags = n->is_ip ? EVUTIL_AI_NUMERICHOST : EVUTIL_AI_ADDRCONFIG;
 	snprintf(port, sizeof(port), "%d", n->port);
 	/* The callback may run before this returns (numeric hosts). */
 	n->dns = evdns_getaddrinfo(fo->dns, n->host, port, &hints, dns_cb, n);
@@ -753,6 +785,9 @@ static void on_error_frame(struct node *n, const struct wire_error *e)
 	case WIRE_E_VERSION:
 		node_finish(n, FQ_PROTOCOL, "agent: %s", msg);
 		break;
+	case WIRE_E_BUSY:
+		node_finish(n, FQ_BUSY, "%s", msg);
+		break;
 	default:
 		node_finish(n, FQ_AGENT, "%s: %s", wire_status_name((int)e->code), msg);
 	}
@@ -771,8 +806,18 @@ static size_t find_leaf(struct node *n, const char *name, size_t len)
 	return SIZE_MAX;
 }
 
+/*
+ * The user's own row limit, whose cut is no failure (0: none). A relay keeps
+ * its leaves "truncated" so that the END it passes up says why; the client
+ * at the top decides.
+ */
+static int64_t user_max_rows(const struct fanout *fo)
+{
+	return fo->p->sink ? 0 : fo->p->max_rows;
+}
+
 /* An END's status as an outcome, with the one-line reason in *msg (malloc'd). */
-static int end_outcome(const struct wire_end *e, int64_t rows, char **why)
+static int end_outcome(const struct wire_end *e, int64_t rows, int64_t max_rows, char **why)
 {
 	const char *msg = e->message ? e->message : wire_status_name((int)e->status);
 	const char *sname = wire_status_name((int)e->status);
@@ -782,9 +827,15 @@ static int end_outcome(const struct wire_end *e, int64_t rows, char **why)
 	*why = NULL;
 	/* A relay tells the outcome it saw for the leaf: keep it as it is. */
 	if (e->node && e->outcome) {
+		outcome = -1;
 		for (int o = FQ_OK; o < FQ_NOUTCOMES; o++)
 			if (!strcmp(outcome_name(o), e->outcome))
 				outcome = o;
+		/* A name we do not know is no "ok". */
+		if (outcome < 0) {
+			outcome = FQ_AGENT;
+			msg = e->outcome;
+		}
 		if (outcome != FQ_OK && e->message) {
 			size_t ol = strlen(e->outcome);
 
@@ -793,6 +844,12 @@ static int end_outcome(const struct wire_end *e, int64_t rows, char **why)
 			    msg[ol + 2])
 				msg += ol + 2;
 			*why = strdup(msg);
+		}
+		if (outcome == FQ_TRUNCATED && max_rows > 0 && rows == max_rows &&
+		    e->status == WIRE_E_ROWS) {
+			outcome = FQ_OK;
+			free(*why);
+			*why = NULL;
 		}
 		if (outcome == FQ_OK && e->rows != rows) {
 			outcome = FQ_PROTOCOL;
@@ -804,11 +861,17 @@ static int end_outcome(const struct wire_end *e, int64_t rows, char **why)
 	/* "sql error: sql error: ..." says it twice: the outcome names it already. */
 	if (!strncmp(msg, sname, sl) && msg[sl] == ':' && msg[sl + 1] == ' ' && msg[sl + 2])
 		msg += sl + 2;
-	if (e->truncated || e->status == WIRE_E_ROWS || e->status == WIRE_E_BYTES) {
+	if (max_rows > 0 && rows == max_rows && e->status == WIRE_E_ROWS) {
+		/* The user's own --max-rows: what was asked for, not a node failing. */
+		outcome = FQ_OK;
+	} else if (e->truncated || e->status == WIRE_E_ROWS || e->status == WIRE_E_BYTES) {
 		outcome = FQ_TRUNCATED;
 		r = asprintf(why, "%s, %" PRId64 " rows kept", msg, rows);
 	} else if (e->status == WIRE_E_PEER) {
 		outcome = FQ_UNREACHABLE;
+		r = asprintf(why, "%s", msg);
+	} else if (e->status == WIRE_E_BUSY) {
+		outcome = FQ_BUSY;
 		r = asprintf(why, "%s", msg);
 	} else if (e->status != WIRE_OK) {
 		outcome = FQ_SQL;
@@ -828,6 +891,7 @@ static void on_end(struct node *n, const struct wire_end *e)
 {
 	struct fanout *fo = n->fo;
 	char *why = NULL;
+	size_t first;
 	int outcome;
 
 	if (e->node && n->count > 1) {
@@ -844,7 +908,7 @@ static void on_end(struct node *n, const struct wire_end *e)
 			fo->infos[h].offset_ns = n->info->offset_ns + e->offset_ns;
 			fo->infos[h].rtt_ns = n->info->rtt_ns + e->rtt_ns;
 		}
-		outcome = end_outcome(e, fo->leaves[h].rows, &why);
+		outcome = end_outcome(e, fo->leaves[h].rows, user_max_rows(fo), &why);
 		/* A leaf the relay could not reach: say which relay (each hop adds its own). */
 		if (h != n->first && (outcome == FQ_UNREACHABLE || outcome == FQ_TLS ||
 				      outcome == FQ_TIMEOUT || outcome == FQ_PARTIAL ||
@@ -858,6 +922,9 @@ static void on_end(struct node *n, const struct wire_end *e)
 			}
 		}
 		leaf_finish(fo, h, outcome, why);
+		maybe_settle(fo);
+		if (!fo->p->sink && fo->cov)
+			coverage_set_status(fo->cov, h, (int)e->status);
 		free(why);
 		return;
 	}
@@ -874,36 +941,136 @@ static void on_end(struct node *n, const struct wire_end *e)
 		node_finish(n, FQ_OK, NULL);
 		return;
 	}
-	outcome = end_outcome(e, n->rows, &why);
+	outcome = end_outcome(e, n->rows, user_max_rows(fo), &why);
+	first = n->first;
 	if (why)
 		node_finish(n, outcome, "%s", why);
 	else
 		node_finish(n, outcome, NULL);
+	if (!fo->p->sink && fo->cov)
+		coverage_set_status(fo->cov, first, (int)e->status);
 	free(why);
+}
+
+/* How set k differs from the winning one, for its hosts' coverage line. */
+static const char *set_differs(struct fanout *fo, int k, char *buf, size_t len)
+{
+	size_t na, nb, agree = fo->set_hosts[fo->winner], i;
+	const char *const *a = merge_set_names(fo->m, k, &na);
+	const char *const *b = merge_set_names(fo->m, fo->winner, &nb);
+
+	for (i = 0; i < na && i < nb && !strcmp(a[i], b[i]); i++)
+		;
+	if (na != nb)
+		snprintf(buf, len, "%zu columns, the %zu node%s that agree have %zu", na, agree,
+			 agree == 1 ? "" : "s", nb);
+	else
+		snprintf(buf, len, "column %zu is '%s', the %zu node%s that agree have '%s'",
+			 i + 1, i < na ? a[i] : "?", agree, agree == 1 ? "" : "s",
+			 i < nb ? b[i] : "?");
+	return buf;
+}
+
+/*
+ * Every host has sent its columns or ended: the column set most hosts sent
+ * wins (ties: the set of the first host in the hostlist), the others' hosts
+ * are "columns differ", and the rows that waited go on.
+ */
+static void settle(struct fanout *fo)
+{
+	size_t ns = merge_sets(fo->m), *count = NULL, *first = NULL;
+	char why[256];
+	int err = 0;
+
+	fo->settled = 1;
+	fo->winner = -1;
+	if (ns) {
+		count = calloc(ns, sizeof(*count));
+		first = calloc(ns, sizeof(*first));
+		if (!count || !first) {
+			free(count);
+			free(first);
+			set_fatal(fo, NULL);
+			return;
+		}
+		for (size_t h = fo->nh; h-- > 0;) {
+			int k = merge_set_of(fo->m, h);
+
+			if (k >= 0) {
+				count[k]++;
+				first[k] = h;
+			}
+		}
+		fo->winner = 0;
+		for (size_t k = 1; k < ns; k++)
+			if (count[k] > count[fo->winner] ||
+			    (count[k] == count[fo->winner] && first[k] < first[fo->winner]))
+				fo->winner = (int)k;
+		free(count);
+		free(first);
+	}
+	if (fo->dq && ns) {
+		size_t tn;
+		const char *const *tnames = merge_set_columns(fo->m, fo->winner, &tn);
+
+		err = direct_begin(fo->dq, tn, tnames);
+		if (err) {
+			set_fatal(fo, NULL);
+			return;
+		}
+	}
+	/* The losers still running stop; those that ended lose their rows. */
+	for (size_t i = 0; i < fo->n && ns > 1; i++) {
+		struct node *n = &fo->nodes[i];
+		int k = merge_set_of(fo->m, n->first);
+
+		if (n->state != N_DONE && k >= 0 && k != fo->winner)
+			node_finish(n, FQ_COLUMNS, "%s", set_differs(fo, k, why, sizeof(why)));
+	}
+	for (size_t h = 0; h < fo->nh; h++) {
+		struct leaf *l = &fo->leaves[h];
+		int k = merge_set_of(fo->m, h), o = coverage_outcome(fo->cov, h);
+
+		if (l->deferred && k != fo->winner && (o == FQ_OK || o == FQ_TRUNCATED)) {
+			coverage_set(fo->cov, h, FQ_COLUMNS, l->rows,
+				     set_differs(fo, k, why, sizeof(why)));
+			fo->rows_total -= l->rows;
+		}
+		if (l->deferred && fo->dq && direct_done(fo->dq, h, l->keep && k == fo->winner))
+			set_fatal(fo, NULL);
+		l->deferred = 0;
+	}
+}
+
+static void maybe_settle(struct fanout *fo)
+{
+	if (!fo->settled && !fo->unsettled && !fo->p->sink)
+		settle(fo);
 }
 
 static void on_columns(struct node *n, struct wire_msg *msg)
 {
 	struct fanout *fo = n->fo;
 	size_t nc = msg->u.columns.ncols;
-	char *cause = NULL;
+	char *cause = NULL, why[256];
 	const char *const *names = msg->u.columns.names;
-	int err;
+	int err, set = -1;
 
 	if (n->off && (!nc || strcmp(names[0], "node"))) {
 		node_finish(n, FQ_PROTOCOL, "relay COLUMNS do not start with 'node'");
 		return;
 	}
-	if (fo->p->sink)
+	if (fo->p->sink) {
 		err = fo->p->sink->columns(fo->p->sink->ctx, n->first, nc - n->off,
 					   names + n->off, &cause);
-	else
-		err = merge_columns(fo->m, nc - n->off, names + n->off, &cause);
-	if (!err && fo->dq) {
-		size_t tn;
-		const char *const *tnames = merge_table_columns(fo->m, &tn);
-
-		err = direct_begin(fo->dq, tn, tnames);
+	} else {
+		err = merge_columns(fo->m, n->first, n->count, nc - n->off, names + n->off, &cause);
+		set = err;
+		err = err < 0 ? err : 0;
+	}
+	if (!err && set >= 0 && fo->settled && set != fo->winner) {
+		node_finish(n, FQ_COLUMNS, "%s", set_differs(fo, set, why, sizeof(why)));
+		return;
 	}
 	if (err == -EINVAL) {
 		node_finish(n, FQ_COLUMNS, "%s", cause ? cause : "columns differ");
@@ -926,6 +1093,18 @@ static void on_columns(struct node *n, struct wire_msg *msg)
 	}
 	n->ncols = nc;
 	n->state = N_ROWS;
+	if (set >= 0)
+		fo->set_hosts[set] += n->count;
+	for (size_t h = n->first; h < n->first + n->count && !fo->settled; h++)
+		if (!fo->leaves[h].has_cols && !fo->leaves[h].done) {
+			fo->leaves[h].has_cols = 1;
+			fo->unsettled--;
+		}
+	/* More than half of all hosts agree: no other set can win, rows go on now. */
+	if (set >= 0 && !fo->settled && 2 * fo->set_hosts[set] > fo->nh)
+		settle(fo);
+	else
+		maybe_settle(fo);
 }
 
 /* frame: the frame msg was decoded from (len bytes). */
@@ -940,10 +1119,31 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 			    msg->u.rows.ncols, n->ncols);
 		return;
 	}
+	/* A hostile or broken agent must not grow us without bound. */
+	/* (a relay's connection carries the rows of n->count nodes) */
+	if (fo->p->max_bytes > 0 &&
+	    n->bytes + (int64_t)len > fo->p->max_bytes * (int64_t)n->count) {
+		node_finish(n, FQ_TRUNCATED, "fleetq's --max-bytes of %" PRId64
+			    " per node reached, %" PRId64 " rows kept", fo->p->max_bytes, n->rows);
+		return;
+	}
+	if (fo->p->max_bytes > 0 && fo->bytes_total + (int64_t)len > 4 * fo->p->max_bytes) {
+		node_finish(n, FQ_TRUNCATED, "fleetq's budget of %" PRId64 " bytes per run "
+			    "(4 x --max-bytes) reached, %" PRId64 " rows kept",
+			    4 * fo->p->max_bytes, n->rows);
+		return;
+	}
+	n->bytes += (int64_t)len;
+	fo->bytes_total += (int64_t)len;
 	/* wire_decode() checked every row: one node's frame is kept whole, read when printed. */
 	if (fo->dq && !n->off) {
 		int64_t nr = (int64_t)msg->u.rows.nrows;
 
+		if (fo->p->max_rows > 0 && n->rows + nr > fo->p->max_rows) {
+			node_finish(n, FQ_PROTOCOL, "sent more rows than the %" PRId64
+				    " asked for (--max-rows)", fo->p->max_rows);
+			return;
+		}
 		if (nr && direct_frame(fo->dq, n->first, frame, len)) {
 			set_fatal(fo, NULL);
 			return;
@@ -969,11 +1169,16 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 			}
 		}
 		l = &fo->leaves[h];
+		if (fo->p->max_rows > 0 && l->rows >= fo->p->max_rows) {
+			node_finish(n, FQ_PROTOCOL, "%s sent more rows than the %" PRId64
+				    " asked for (--max-rows)", fo->p->hosts[h], fo->p->max_rows);
+			return;
+		}
 		if (fo->p->sink)
 			err = fo->p->sink->row(fo->p->sink->ctx, h, n->ncols - n->off,
 					       fo->vals + n->off, &cause);
 		else if (fo->dq)
-			err = direct_row(fo->dq, h, fo->vals + n->off);
+			err = direct_row(fo->dq, h, n->ncols - n->off, fo->vals + n->off);
 		else
 			err = merge_row(fo->m, h, fo->p->hosts[h], l->rows, fo->vals + n->off,
 					&cause);
@@ -1303,6 +1508,13 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 		err = fq_fail(cause, -ENOMEM, "cannot set up the DNS resolver");
 		goto out;
 	}
+	fo->settled = !fo->p->sql || fo->p->sink;
+	fo->unsettled = fo->settled ? 0 : fo->nh;
+	fo->winner = fo->settled ? 0 : -1;
+	if (!fo->p->sink && merge_hosts(m, fo->nh)) {
+		err = fq_fail(cause, -ENOMEM, "out of memory");
+		goto out;
+	}
 	fo->dq = fo->p->direct;
 	if (!fo->dq && !fo->p->sink) {
 		fo->dq = direct_new_merge(m, fo->nh, fo->p->hosts, DIRECT_HELD_MAX);
@@ -1336,6 +1548,9 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	}
 	if (fo->progress_shown)
 		fprintf(stderr, "\r\033[K");
+	/* (every host has ended by now, unless the run stopped short) */
+	if (!fo->fatal && !fo->settled && !fo->p->sink)
+		settle(fo);
 	if (fo->fatal) {
 		err = fo->cancelled ? -ECANCELED : -EIO;
 		*cause = fo->fatal;
@@ -1343,6 +1558,8 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	}
 	if (!err && fo->dq && fo->dq != fo->p->direct)
 		err = direct_drain(fo->dq, cause);
+	if (!err && !fo->p->sink && fo->winner >= 0)
+		err = merge_choose(m, fo->winner, cause);
 	if (!err && !fo->p->sink)
 		err = merge_finish(m, cause);
 	for (size_t i = 0; i < fo->nh && !err && !fo->p->sink; i++)

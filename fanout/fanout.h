@@ -30,7 +30,11 @@ struct fanout_params {
 	int64_t connect_timeout_ms; /* until HELLO */
 	int64_t timeout_ms;	    /* the whole fan-out */
 	const char *sql;  /* NULL: no query, the session ends after the pings (fleetq ping) */
-	int64_t max_rows; /* per node, 0 = agent default */
+	int64_t max_rows; /* per node, 0 = agent default; a node sending more fails */
+	/* ROWS bytes accepted from one node, and from all of them together four
+	 * times that; 0 = no bound. Past either, the node whose frame crosses it is
+	 * cut (truncated), and so is any after. */
+	int64_t max_bytes;
 	int progress;	  /* progress line on stderr */
 	/* Values for the query's parameters, in order (outlive the fanout). */
 	const struct wire_value *params;
@@ -56,8 +60,8 @@ struct fanout_params {
 	 * NULL: rows go to the merge database, in hostlist order through a writer
 	 * thread of fanout_run()'s own (direct_new_merge()). Else rows go to this
 	 * direct output (fleetq's plain query) and the merge only makes the results
-	 * table, from the first node's COLUMNS, which names the columns (and fails
-	 * as it would).
+	 * table, from the winning column set (the one most hosts sent), which names
+	 * the columns (and fails as it would).
 	 */
 	struct direct *direct;
 	/* When not NULL, polled every 100 ms: nonzero stops the fan-out

@@ -78,7 +78,11 @@ static const char usage_text[] =
 	"  --timeout SEC            deadline for the whole fan-out (default 30)\n"
 	"  --tree-width W           relay through agents: at most W groups, each sent to its\n"
 	"                           first host, which relays to the rest (0: flat, default)\n"
-	"  --max-rows N             row limit per node, sent to the agents\n"
+	"  --max-rows N             row limit per node, sent to the agents (a node cut at N\n"
+	"                           rows is ok, and said so; analyses give no verdict); a\n"
+	"                           node sending more fails\n"
+	"  --max-bytes SIZE         row bytes accepted per node (default 256M), and 4 x SIZE\n"
+	"                           from all nodes in one run; past it a node is cut\n"
 	"  --pings N                clock samples per node after HELLO (default 4 for the\n"
 	"                           subcommands, 0 for queries: HELLO's clock only)\n"
 	"\n"
@@ -140,14 +144,17 @@ static const char usage_text[] =
 	"Analysis SQL: $FLEETQ_SQL_DIR, else the installed files, else the ones built in.\n"
 	"\n"
 	"exit status (the first that applies, top down):\n"
-	"  2  usage, configuration or local error (also a failing --merge query; gate: a\n"
-	"     baseline of another shape: other node or rank count)\n"
+	"  2  usage, configuration or local error (also a failing --merge query, SQL that\n"
+	"     every node that answered refused, an unknown subcommand; gate: a baseline of\n"
+	"     another shape: other node or rank count)\n"
 	"  5  stragglers: a hung rank was found (even on partial coverage)\n"
 	"  1  stragglers: a straggler found; netcheck: a rank or node named; gate: a metric\n"
 	"     regressed; --fail-if returned rows\n"
 	"  4  TLS or authentication failed on at least one node (wins over 3)\n"
-	"  3  coverage below --min-coverage (timeouts, unreachable, SQL errors, truncation);\n"
-	"     for stragglers and netcheck also when no node answered\n"
+	"  3  coverage below --min-coverage (timeouts, unreachable, SQL errors, truncation),\n"
+	"     or no node answered (whatever --min-coverage says); stragglers and netcheck:\n"
+	"     also no rank in the window (no such --job, an old trace) or fewer ranks of a\n"
+	"     communicator than it declares (some of the job's nodes)\n"
 	"  0  every node answered (or at least --min-coverage of them), nothing found\n"
 	"  130  interrupted: the first Ctrl-C prints what arrived and exits 130, a second\n"
 	"     one ends fleetq at once\n"
@@ -157,12 +164,17 @@ static const char usage_text[] =
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
 {
 	va_list ap;
+	char *s = NULL, *p;
 
-	fputs("fleetq: ", stderr);
+	/* A cause may quote an agent (a column name, a message): nothing raw reaches stderr. */
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = NULL;
 	va_end(ap);
-	fputc('\n', stderr);
+	p = s ? fq_printable(s) : NULL;
+	fprintf(stderr, "fleetq: %s\n", p ? p : "out of memory");
+	free(p);
+	free(s);
 	return FQ_EXIT_USAGE;
 }
 
@@ -179,6 +191,7 @@ enum {
 	OPT_MERGE,
 	OPT_MIN_COVERAGE,
 	OPT_MAX_ROWS,
+	OPT_MAX_BYTES,
 	OPT_INSECURE,
 	OPT_VERSION,
 	OPT_PINGS,
@@ -218,6 +231,7 @@ static const struct option long_opts[] = {
 	{ "merge", required_argument, NULL, OPT_MERGE },
 	{ "min-coverage", required_argument, NULL, OPT_MIN_COVERAGE },
 	{ "max-rows", required_argument, NULL, OPT_MAX_ROWS },
+	{ "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
 	{ "insecure", no_argument, NULL, OPT_INSECURE },
 	{ "no-session-cache", no_argument, NULL, OPT_NO_SESSION_CACHE },
 	{ "quiet", no_argument, NULL, 'q' },
@@ -297,6 +311,14 @@ static unsigned opt_cmds(int c)
  */
 #define DEFAULT_MAX_SEQS 1000
 
+/*
+ * Row bytes fleetq accepts from one node (agentd's own default cap), and four
+ * times that from all of them in one run: past either a node is cut
+ * (truncated, exit 3), so that no agent, broken or hostile, grows fleetq
+ * without bound.
+ */
+#define DEFAULT_MAX_BYTES (256ll << 20)
+
 struct query_opts {
 	struct fq_config flags;
 	struct hostsel_arg *hsel; /* -w, -x, --hosts in order */
@@ -307,6 +329,7 @@ struct query_opts {
 	struct qparam *qp;
 	double min_coverage;
 	long long max_rows;
+	long long max_bytes; /* -1: DEFAULT_MAX_BYTES */
 	int insecure, quiet;
 	int pings; /* -1: the command's default */
 	int tree_width; /* 0: flat fan-out */
@@ -481,6 +504,26 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			if (errno || end == optarg || *end || q->max_rows < 1)
 				return usage_error(
 					"--max-rows: invalid count '%s': use a number above 0",
+					optarg);
+			break;
+		case OPT_MAX_BYTES:
+			errno = 0;
+			q->max_bytes = strtoll(optarg, &end, 10);
+			if (!errno && end != optarg && q->max_bytes > 0 && *end &&
+			    strchr("KkMmGg", *end)) {
+				int sh = *end == 'K' || *end == 'k'   ? 10
+					 : *end == 'M' || *end == 'm' ? 20
+								      : 30;
+
+				q->max_bytes = q->max_bytes > (1ll << 40) >> sh ? -1
+									   : q->max_bytes << sh;
+				end++;
+			}
+			if (errno || end == optarg || *end || q->max_bytes < 1 ||
+			    q->max_bytes > (1ll << 40))
+				return usage_error(
+					"--max-bytes: invalid size '%s': use e.g. 256M or 4G (at most "
+					"1024G)",
 					optarg);
 			break;
 		case OPT_TREE_WIDTH:
@@ -869,7 +912,7 @@ static void catch_sigint(struct fanout_params *fp)
  * all: "clean" must mean "looked everywhere and found nothing".
  */
 static int analysis_exit(const struct an_findings *fd, const struct coverage *cov, double min,
-			 int fail_if)
+			 int fail_if, const char *short_of)
 {
 	int c;
 
@@ -880,9 +923,48 @@ static int analysis_exit(const struct an_findings *fd, const struct coverage *co
 	c = coverage_exit(cov, min);
 	if (c)
 		return c;
-	if (!coverage_count(cov, FQ_OK))
+	if (!coverage_count(cov, FQ_OK) || short_of)
 		return FQ_EXIT_COVERAGE;
 	return FQ_EXIT_OK;
+}
+
+/*
+ * "Nothing found" is a verdict only over every rank of every communicator
+ * looked at: none at all (no such job, a window before the trace) or part
+ * of a communicator (-w naming some of the job's nodes) is no verdict. The
+ * line that says what to check (malloc'd), or NULL when the rows cover it.
+ */
+static char *analysis_short(const struct an_seen *s, const struct query_opts *q,
+			    size_t nodes)
+{
+	char *m = NULL, job[160] = "", win[96];
+	int r;
+
+	if (!s->known)
+		return NULL;
+	if (q->job)
+		snprintf(job, sizeof(job), " of job %s", q->job);
+	if (q->comm)
+		snprintf(job + strlen(job), sizeof(job) - strlen(job), "%s communicator %s",
+			 q->job ? " in" : " of", q->comm);
+	if (q->since_ns)
+		snprintf(win, sizeof(win), "the last %s", q->since_text ? q->since_text : "60s");
+	else
+		snprintf(win, sizeof(win), "all time");
+	if (!s->ranks)
+		r = asprintf(&m, "no collectives%s in %s on %zu node%s: check %s", job, win,
+			     nodes, nodes == 1 ? "" : "s",
+			     q->since_ns ? q->job ? "--job/--since" : "--since"
+			     : q->job	 ? "--job and the hosts (-w)"
+					 : "the hosts (-w) and that their agents trace");
+	else if (s->partial)
+		r = asprintf(&m, "%d of %d ranks of communicator %s answered%s: query every node "
+				 "of the job",
+			     s->answered, s->declared, s->comm,
+			     s->partial > 1 ? " (and more communicators are short)" : "");
+	else
+		return NULL;
+	return r < 0 ? strdup("too few ranks answered") : m;
 }
 
 static int run(int cmd, struct query_opts *q)
@@ -897,12 +979,13 @@ static int run(int cmd, struct query_opts *q)
 	struct direct *dout = NULL;
 	struct an_plan plan = { 0 };
 	struct an_findings fd = { 0 };
+	struct an_seen seen = { 0 };
 	struct an_param np[5], mp[2];
 	struct wire_value *qvals = NULL;
 	size_t nqvals = 0;
 	const char **hosts = NULL;
 	char *cause = NULL, *sql_buf = NULL, *summary = NULL, *common = NULL, *cov_json = NULL;
-	char *sess_dir = NULL, window[96];
+	char *sess_dir = NULL, *short_of = NULL, window[96];
 	long long fail_rows = 0;
 	int ret, err, format, analysis = cmd == CMD_STRAGGLERS || cmd == CMD_NETCHECK;
 	int plain = cmd == CMD_QUERY && !q->merge && !q->fail_if;
@@ -1076,6 +1159,7 @@ static int run(int cmd, struct query_opts *q)
 	fp.timeout_ms = (int64_t)ceil(conf.timeout * 1000);
 	fp.sql = cmd == CMD_PING ? NULL : q->sql;
 	fp.max_rows = q->max_rows;
+	fp.max_bytes = q->max_bytes < 0 ? DEFAULT_MAX_BYTES : q->max_bytes;
 	fp.progress = isatty(STDERR_FILENO);
 	fp.params = cmd == CMD_QUERY ? qvals : plan.params;
 	fp.nparams = cmd == CMD_QUERY ? nqvals : plan.nparams;
@@ -1164,6 +1248,19 @@ static int run(int cmd, struct query_opts *q)
 			err = an_count(merge_db(m), cmd == CMD_NETCHECK, &fd);
 		else
 			err = 0;
+		if (!err && merge_has_table(m) && answered) {
+			err = an_seen(merge_db(m), cmd == CMD_NETCHECK, &seen);
+			/* A verdict over the first N rows of a node is none. */
+			if (!err && coverage_limited(cov) &&
+			    asprintf(&short_of, "--max-rows %lld cut the rows of %zu node%s: "
+						"drop --max-rows for a verdict",
+				     q->max_rows, coverage_limited(cov),
+				     coverage_limited(cov) == 1 ? "" : "s") < 0)
+				short_of = NULL;
+			/* Short coverage says it first: the missing ranks follow from it. */
+			if (!err && !short_of && !coverage_exit(cov, q->min_coverage))
+				short_of = analysis_short(&seen, q, answered);
+		}
 		if (err) {
 			ret = usage_error("cannot read the analysis: %s",
 					  sqlite3_errmsg(merge_db(m)));
@@ -1190,7 +1287,14 @@ static int run(int cmd, struct query_opts *q)
 	/* The same failure everywhere is one message, said once and plainly. */
 	if (common)
 		fprintf(stderr, "fleetq: %s\n", common);
-	if (analysis && !q->quiet && !ret) {
+	/* Not under -q: it says why the exit status is 3. */
+	if (short_of && (fd.hung || fd.stragglers || fd.flagged || fail_rows)) {
+		free(short_of); /* a finding is a verdict on the ranks that answered */
+		short_of = NULL;
+	}
+	if (short_of && !ret)
+		fprintf(stderr, "fleetq: %s\n", short_of);
+	if (analysis && !q->quiet && !ret && !short_of) {
 		if (cmd == CMD_STRAGGLERS && (fd.hung || fd.stragglers))
 			fprintf(stderr, "fleetq: stragglers: %d hung, %d straggler%s (first: %s), %s\n",
 				fd.hung, fd.stragglers, fd.stragglers == 1 ? "" : "s",
@@ -1209,8 +1313,12 @@ static int run(int cmd, struct query_opts *q)
 	}
 	if (!q->quiet && summary)
 		fprintf(stderr, "%s\n", summary);
+	/* The same refusal of the SQL on every node that answered: the query is wrong. */
+	if (!ret && cmd == CMD_QUERY && !fail_rows && coverage_user_sql_error(cov))
+		ret = FQ_EXIT_USAGE;
 	if (!ret)
-		ret = analysis	   ? analysis_exit(&fd, cov, q->min_coverage, fail_rows > 0)
+		ret = analysis	   ? analysis_exit(&fd, cov, q->min_coverage, fail_rows > 0,
+					       short_of)
 		      : fail_rows ? FQ_EXIT_GATE
 				  : coverage_exit(cov, q->min_coverage);
 out:
@@ -1227,6 +1335,8 @@ out:
 	free(common);
 	free(cov_json);
 	an_findings_release(&fd);
+	an_seen_release(&seen);
+	free(short_of);
 	an_plan_release(&plan);
 	direct_free(dout);
 	output_free(out);
@@ -1239,9 +1349,63 @@ out:
 	return ret;
 }
 
+/* Edits (insert, delete, replace) from a to b, both short. */
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), d[33];
+
+	if (la > 32 || lb > 32)
+		return SIZE_MAX;
+	for (size_t j = 0; j <= lb; j++)
+		d[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = d[0];
+
+		d[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = d[j], v = diag + (a[i - 1] != b[j - 1]);
+
+			v = up + 1 < v ? up + 1 : v;
+			v = d[j - 1] + 1 < v ? d[j - 1] + 1 : v;
+			diag = up;
+			d[j] = v;
+		}
+	}
+	return d[lb];
+}
+
+/*
+ * One bare word that is no SQL keyword (VACUUM, BEGIN ...) is a mistyped
+ * subcommand, not a query to send to every node: 2 and a suggestion.
+ * Returns -1 when sql is no such word.
+ */
+static int bare_word(const char *sql)
+{
+	size_t n = strlen(sql), best = SIZE_MAX, d;
+	const char *near = NULL;
+
+	if (!n || n > 64 || !strcmp(sql, "-") ||
+	    strspn(sql, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n ||
+	    sqlite3_keyword_check(sql, (int)n))
+		return -1;
+	for (size_t i = 0; i < sizeof(cmd_names) / sizeof(cmd_names[0]); i++) {
+		d = edit_distance(sql, cmd_names[i]);
+		if (d < best) {
+			best = d;
+			near = cmd_names[i];
+		}
+	}
+	if (near && best <= 2)
+		return usage_error("unknown subcommand '%s'; did you mean '%s'?", sql, near);
+	return usage_error("unknown subcommand '%s': see fleetq --help (a query is SQL, e.g. "
+			   "\"SELECT count(*) FROM collectives\")",
+			   sql);
+}
+
 int main(int argc, char **argv)
 {
-	struct query_opts q = { .min_coverage = 1.0, .pings = -1, .since_ns = -1, .max_seqs = -1,
+	struct query_opts q = { .min_coverage = 1.0, .max_bytes = -1, .pings = -1,
+				.since_ns = -1, .max_seqs = -1,
 				.threshold = -1, .gate = { .tolerance = -1, .mad_k = -1 } };
 	const char **pos = NULL;
 	size_t npos = 0;
@@ -1270,6 +1434,9 @@ int main(int argc, char **argv)
 		ret = FQ_EXIT_OK;
 		goto out;
 	}
+	/* Before its options: a typo's options are the subcommand's, not the query's. */
+	if (!named && first < argc && (ret = bare_word(argv[first])) >= 0)
+		goto out;
 	/* Then the subcommand's options, global ones included, and its arguments. */
 	ret = named ? parse_args(argc - first, argv + first, &q, cmd, &pos, &npos)
 		    : parse_args(argc - first + 1, argv + first - 1, &q, cmd, &pos, &npos);

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include "merge.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +17,28 @@
 /* Commit this often so one huge transaction does not pile up. */
 #define COMMIT_EVERY 65536
 
-struct merge {
-	sqlite3 *db;
+/*
+ * One column set some nodes answered with: its table (created by the writer
+ * at its first row, or by merge_choose(): one connection, one thread at a
+ * time) and its insert.
+ */
+struct tab {
 	sqlite3_stmt *ins;
 	size_t ncols;
-	char **names; /* the first node's column names, as sent */
-	char **cols;  /* the table's column names: node, then names made unique */
+	char **names;	   /* the node's column names, as sent */
+	char **cols;	   /* the table's column names: node, then names made unique */
+	const char *rowid; /* the name of the internal row id no column hides */
+	int created;
+	char name[32];	   /* fq_cols_N until merge_choose() names the winner results */
+};
+
+struct merge {
+	sqlite3 *db;
+	struct tab t[MERGE_SETS_MAX]; /* column sets in the order they first arrived */
+	size_t nt;
+	int *host_tab; /* per host index: its column set, or -1 */
+	size_t nhosts;
+	int chosen; /* 1 after merge_choose(): t[0] is table results */
 	int in_txn;
 	size_t pending;
 };
@@ -81,26 +99,35 @@ fail:
 	return NULL;
 }
 
+static void tab_release(struct tab *t)
+{
+	sqlite3_finalize(t->ins);
+	for (size_t i = 0; t->names && i < t->ncols; i++)
+		free(t->names[i]);
+	for (size_t i = 0; t->cols && i <= t->ncols; i++)
+		free(t->cols[i]);
+	free(t->names);
+	free(t->cols);
+	memset(t, 0, sizeof(*t));
+}
+
 static void forget_columns(struct merge *m)
 {
-	for (size_t i = 0; i < m->ncols; i++)
-		free(m->names[i]);
-	for (size_t i = 0; m->cols && i <= m->ncols; i++)
-		free(m->cols[i]);
-	free(m->names);
-	free(m->cols);
-	m->names = NULL;
-	m->cols = NULL;
-	m->ncols = 0;
+	for (size_t i = 0; i < m->nt; i++)
+		tab_release(&m->t[i]);
+	free(m->host_tab);
+	m->nt = 0;
+	m->host_tab = NULL;
+	m->nhosts = 0;
+	m->chosen = 0;
 }
 
 void merge_free(struct merge *m)
 {
 	if (!m)
 		return;
-	sqlite3_finalize(m->ins);
-	sqlite3_close(m->db);
 	forget_columns(m);
+	sqlite3_close(m->db);
 	free(m);
 }
 
@@ -111,13 +138,35 @@ sqlite3 *merge_db(struct merge *m)
 
 int merge_has_table(const struct merge *m)
 {
-	return m->ins != NULL;
+	return m->nt > 0;
 }
 
 const char *const *merge_table_columns(const struct merge *m, size_t *n)
 {
-	*n = m->ins ? m->ncols + 1 : 0;
-	return m->ins ? (const char *const *)m->cols : NULL;
+	*n = m->nt ? m->t[0].ncols + 1 : 0;
+	return m->nt ? (const char *const *)m->t[0].cols : NULL;
+}
+
+const char *const *merge_set_columns(const struct merge *m, int k, size_t *n)
+{
+	*n = k >= 0 && (size_t)k < m->nt ? m->t[k].ncols + 1 : 0;
+	return *n ? (const char *const *)m->t[k].cols : NULL;
+}
+
+const char *const *merge_set_names(const struct merge *m, int k, size_t *n)
+{
+	*n = k >= 0 && (size_t)k < m->nt ? m->t[k].ncols : 0;
+	return k >= 0 && (size_t)k < m->nt ? (const char *const *)m->t[k].names : NULL;
+}
+
+int merge_set_of(const struct merge *m, size_t host)
+{
+	return host < m->nhosts ? m->host_tab[host] : -1;
+}
+
+size_t merge_sets(const struct merge *m)
+{
+	return m->nt;
 }
 
 static void sb_ident(struct strbuf *b, const char *s)
@@ -131,44 +180,127 @@ static void sb_ident(struct strbuf *b, const char *s)
 	sb_putc(b, '"');
 }
 
-static int name_taken(char **names, size_t n, const char *s)
+/*
+ * The column names taken so far, case-insensitively (as SQLite compares
+ * them), each with the next suffix worth trying after it: a node sending
+ * 4,000 columns of one name costs linear time, not cubic.
+ */
+struct taken {
+	struct taken_slot {
+		const char *name;
+		int next; /* "name_K" is taken for every K below this */
+	} *slot;
+	size_t cap;
+};
+
+static uint64_t ihash(const char *s)
 {
-	for (size_t i = 0; i < n; i++)
-		if (!strcasecmp(names[i], s))
-			return 1;
-	return 0;
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)tolower((unsigned char)*s)) * 1099511628211ull;
+	return h;
 }
 
-static int create_table(struct merge *m, size_t ncols, const char *const *names, char **cause)
+static struct taken_slot *taken_find(struct taken *t, const char *s)
 {
-	struct strbuf b = STRBUF_INIT;
+	size_t i = (size_t)ihash(s) & (t->cap - 1);
+
+	while (t->slot[i].name && strcasecmp(t->slot[i].name, s))
+		i = (i + 1) & (t->cap - 1);
+	return &t->slot[i];
+}
+
+/*
+ * SQLite's row id has three names, and a column of one of them hides it: the
+ * merge writes and drops rows by the first name no column takes. When the
+ * node's columns take all three, its "oid" becomes "oid_2" (the others keep
+ * their names: a query asking for rowid means the node's column).
+ */
+static const char *rowid_name(size_t ncols, const char *const *names)
+{
+	static const char *const aliases[] = { "rowid", "_rowid_", "oid" };
+
+	for (size_t a = 0; a < 3; a++) {
+		size_t i = 0;
+
+		while (i < ncols && strcasecmp(names[i], aliases[a]))
+			i++;
+		if (i == ncols)
+			return aliases[a];
+	}
+	return NULL;
+}
+
+static int make_cols(struct tab *tb, size_t ncols, const char *const *names)
+{
 	char **uniq = calloc(ncols + 1, sizeof(*uniq));
+	const char *reserve = NULL;
+	struct taken t = { NULL, 16 };
 	int err = -ENOMEM;
 	size_t i;
 
-	if (!uniq)
+	while (t.cap < 2 * (ncols + 2))
+		t.cap *= 2;
+	t.slot = calloc(t.cap, sizeof(*t.slot));
+	if (!uniq || !t.slot)
 		goto out;
+	tb->rowid = rowid_name(ncols, names);
+	if (!tb->rowid)
+		tb->rowid = reserve = "oid";
 	/* SQLite column names are case-insensitive: "x" and "X" clash too. */
 	uniq[0] = strdup("node");
 	if (!uniq[0])
 		goto out;
+	taken_find(&t, "node")->name = uniq[0];
+	if (reserve)
+		taken_find(&t, reserve)->name = reserve;
 	for (i = 0; i < ncols; i++) {
+		struct taken_slot *base = taken_find(&t, names[i]), *slot = base;
 		char *s = strdup(names[i]);
+		int k = base->next > 2 ? base->next : 2;
 
-		for (int k = 2; s && name_taken(uniq, i + 1, s); k++) {
+		while (s && slot->name) {
 			free(s);
-			if (asprintf(&s, "%s_%d", names[i], k) < 0)
+			if (asprintf(&s, "%s_%d", names[i], k++) < 0)
 				s = NULL;
+			else
+				slot = taken_find(&t, s);
 		}
 		if (!s)
 			goto out;
+		if (base != slot)
+			base->next = k;
+		slot->name = s;
 		uniq[i + 1] = s;
 	}
-	sb_puts(&b, "CREATE TABLE results(");
-	for (i = 0; i <= ncols; i++) {
+	/* SELECT * FROM results names its columns so: kept for merge_table_columns(). */
+	tb->cols = uniq;
+	uniq = NULL;
+	err = 0;
+out:
+	free(t.slot);
+	if (uniq)
+		for (i = 0; i <= ncols; i++)
+			free(uniq[i]);
+	free(uniq);
+	return err;
+}
+
+/* The table of a column set and its insert, on the thread that writes. */
+static int tab_create(struct merge *m, struct tab *tb, char **cause)
+{
+	struct strbuf b = STRBUF_INIT;
+	int err = -ENOMEM;
+	size_t i;
+
+	sb_puts(&b, "CREATE TABLE ");
+	sb_puts(&b, tb->name);
+	sb_putc(&b, '(');
+	for (i = 0; i <= tb->ncols; i++) {
 		if (i)
 			sb_putc(&b, ',');
-		sb_ident(&b, uniq[i]);
+		sb_ident(&b, tb->cols[i]);
 	}
 	sb_puts(&b, ")");
 	if (b.oom)
@@ -177,67 +309,143 @@ static int create_table(struct merge *m, size_t ncols, const char *const *names,
 		err = db_fail(m->db, "cannot create table results", cause);
 		goto out;
 	}
+	tb->created = 1;
 	b.len = 0;
-	sb_puts(&b, "INSERT INTO results(rowid");
-	for (i = 0; i <= ncols; i++) {
+	sb_puts(&b, "INSERT INTO ");
+	sb_puts(&b, tb->name);
+	sb_putc(&b, '(');
+	sb_puts(&b, tb->rowid);
+	for (i = 0; i <= tb->ncols; i++) {
 		sb_putc(&b, ',');
-		sb_ident(&b, uniq[i]);
+		sb_ident(&b, tb->cols[i]);
 	}
 	sb_puts(&b, ") VALUES(?");
-	for (i = 0; i <= ncols; i++)
+	for (i = 0; i <= tb->ncols; i++)
 		sb_puts(&b, ",?");
 	sb_puts(&b, ")");
 	if (b.oom)
 		goto out;
-	if (sqlite3_prepare_v2(m->db, b.s, -1, &m->ins, NULL)) {
+	if (sqlite3_prepare_v2(m->db, b.s, -1, &tb->ins, NULL)) {
 		err = db_fail(m->db, "cannot prepare insert", cause);
 		goto out;
 	}
-	/* SELECT * FROM results names its columns so: kept for merge_table_columns(). */
-	m->cols = uniq;
-	uniq = NULL;
 	err = 0;
 out:
-	if (uniq)
-		for (i = 0; i <= ncols; i++)
-			free(uniq[i]);
-	free(uniq);
 	sb_release(&b);
 	return err;
 }
 
-int merge_columns(struct merge *m, size_t ncols, const char *const *names, char **cause)
+static int same_set(const struct tab *tb, size_t ncols, const char *const *names)
 {
+	if (tb->ncols != ncols)
+		return 0;
+	for (size_t i = 0; i < ncols; i++)
+		if (strcmp(names[i], tb->names[i]))
+			return 0;
+	return 1;
+}
+
+int merge_columns(struct merge *m, size_t first, size_t count, size_t ncols,
+		  const char *const *names, char **cause)
+{
+	struct tab *tb;
+	size_t k;
 	int err;
 
 	*cause = NULL;
-	if (m->ins) {
-		if (ncols != m->ncols) {
-			if (asprintf(cause, "%zu columns, first node had %zu", ncols, m->ncols) < 0)
-				*cause = NULL;
-			return -EINVAL;
-		}
-		for (size_t i = 0; i < ncols; i++)
-			if (strcmp(names[i], m->names[i])) {
-				if (asprintf(cause, "column %zu is '%s', first node had '%s'",
-					     i + 1, names[i], m->names[i]) < 0)
-					*cause = NULL;
-				return -EINVAL;
-			}
-		return 0;
+	if (first + count > m->nhosts)
+		return fq_fail(cause, -EINVAL, "merge database: host %zu of %zu", first + count,
+			       m->nhosts);
+	for (k = 0; k < m->nt && !same_set(&m->t[k], ncols, names); k++)
+		;
+	if (k < m->nt)
+		goto found;
+	/* More than SQLite's table holds fails this node, not the run. */
+	if (ncols + 1 > (size_t)sqlite3_limit(m->db, SQLITE_LIMIT_COLUMN, -1)) {
+		if (asprintf(cause, "%zu columns, more than the merge holds (%d)", ncols,
+			     sqlite3_limit(m->db, SQLITE_LIMIT_COLUMN, -1) - 1) < 0)
+			*cause = NULL;
+		return -EINVAL;
 	}
-	m->names = calloc(ncols ? ncols : 1, sizeof(*m->names));
-	if (!m->names)
+	if (m->nt == MERGE_SETS_MAX) {
+		if (asprintf(cause, "another column set, past the %d one fan-out keeps apart",
+			     MERGE_SETS_MAX) < 0)
+			*cause = NULL;
+		return -EINVAL;
+	}
+	tb = &m->t[m->nt];
+	memset(tb, 0, sizeof(*tb));
+	snprintf(tb->name, sizeof(tb->name), "fq_cols_%zu", m->nt);
+	tb->names = calloc(ncols ? ncols : 1, sizeof(*tb->names));
+	if (!tb->names)
 		return -ENOMEM;
+	m->nt++;
 	for (size_t i = 0; i < ncols; i++) {
-		m->names[i] = strdup(names[i]);
-		if (!m->names[i])
+		tb->names[i] = strdup(names[i]);
+		if (!tb->names[i])
 			return -ENOMEM;
-		m->ncols = i + 1;
+		tb->ncols = i + 1;
 	}
-	err = create_table(m, ncols, names, cause);
+	err = make_cols(tb, ncols, names);
 	if (err)
 		return err;
+found:
+	for (size_t h = first; h < first + count; h++)
+		m->host_tab[h] = (int)k;
+	return (int)k;
+}
+
+int merge_hosts(struct merge *m, size_t n)
+{
+	int *ht = malloc((n ? n : 1) * sizeof(*ht));
+
+	if (!ht)
+		return -ENOMEM;
+	for (size_t h = 0; h < n; h++)
+		ht[h] = -1;
+	free(m->host_tab);
+	m->host_tab = ht;
+	m->nhosts = n;
+	return 0;
+}
+
+int merge_choose(struct merge *m, int k, char **cause)
+{
+	struct tab keep;
+	char sql[96];
+
+	*cause = NULL;
+	if (m->chosen || !m->nt)
+		return 0;
+	if (k < 0 || (size_t)k >= m->nt)
+		k = 0;
+	if (m->in_txn && merge_finish(m, cause))
+		return -EIO;
+	for (size_t i = 0; i < m->nt; i++) {
+		if ((int)i == k || !m->t[i].created)
+			continue;
+		snprintf(sql, sizeof(sql), "DROP TABLE %s", m->t[i].name);
+		sqlite3_finalize(m->t[i].ins);
+		m->t[i].ins = NULL;
+		if (sqlite3_exec(m->db, sql, NULL, NULL, NULL))
+			return db_fail(m->db, "cannot drop a column set's table", cause);
+	}
+	/* An answer of no rows still makes a table: SELECT * FROM results works. */
+	if (!m->t[k].created && tab_create(m, &m->t[k], cause))
+		return -EIO;
+	sqlite3_finalize(m->t[k].ins);
+	m->t[k].ins = NULL;
+	snprintf(sql, sizeof(sql), "ALTER TABLE %s RENAME TO results", m->t[k].name);
+	if (sqlite3_exec(m->db, sql, NULL, NULL, NULL))
+		return db_fail(m->db, "cannot name table results", cause);
+	snprintf(m->t[k].name, sizeof(m->t[k].name), "results");
+	keep = m->t[k];
+	m->t[k] = m->t[0];
+	m->t[0] = keep;
+	for (size_t i = 1; i < m->nt; i++)
+		tab_release(&m->t[i]);
+	m->nt = 1;
+	m->chosen = 1;
 	return 0;
 }
 
@@ -262,18 +470,29 @@ int merge_finish(struct merge *m, char **cause)
 	return 0;
 }
 
+static struct tab *host_tab(struct merge *m, size_t idx)
+{
+	return idx < m->nhosts && m->host_tab[idx] >= 0 ? &m->t[m->host_tab[idx]] : NULL;
+}
+
 int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
 	      const struct wire_value *vals, char **cause)
 {
-	sqlite3_stmt *st = m->ins;
+	struct tab *tb = host_tab(m, idx);
+	sqlite3_stmt *st;
 	int rc = SQLITE_OK, err;
 
+	if (!tb || m->chosen)
+		return fq_fail(cause, -EINVAL, "merge database: a row of a host without columns");
 	err = begin(m, cause);
+	if (!err && !tb->created)
+		err = tab_create(m, tb, cause);
 	if (err)
 		return err;
+	st = tb->ins;
 	sqlite3_bind_int64(st, 1, (int64_t)idx << ROW_BITS | seq);
 	sqlite3_bind_text(st, 2, node, -1, SQLITE_STATIC);
-	for (size_t i = 0; i < m->ncols && rc == SQLITE_OK; i++) {
+	for (size_t i = 0; i < tb->ncols && rc == SQLITE_OK; i++) {
 		const struct wire_value *v = &vals[i];
 		int col = (int)i + 3;
 
@@ -311,13 +530,19 @@ int merge_row(struct merge *m, size_t idx, const char *node, int64_t seq,
 
 int merge_drop(struct merge *m, size_t idx, char **cause)
 {
+	struct tab *tb = host_tab(m, idx);
 	sqlite3_stmt *st = NULL;
-	int err = 0;
+	char *sql;
+	int err = 0, rc;
 
-	if (!m->ins)
+	if (!tb || !tb->created)
 		return 0;
-	if (sqlite3_prepare_v2(m->db, "DELETE FROM results WHERE rowid BETWEEN ? AND ?", -1, &st,
-			       NULL))
+	sql = sqlite3_mprintf("DELETE FROM %s WHERE %s BETWEEN ? AND ?", tb->name, tb->rowid);
+	if (!sql)
+		return -ENOMEM;
+	rc = sqlite3_prepare_v2(m->db, sql, -1, &st, NULL);
+	sqlite3_free(sql);
+	if (rc)
 		return db_fail(m->db, "cannot prepare delete", cause);
 	sqlite3_bind_int64(st, 1, (int64_t)idx << ROW_BITS);
 	sqlite3_bind_int64(st, 2, ((int64_t)(idx + 1) << ROW_BITS) - 1);
@@ -353,12 +578,10 @@ int merge_rename(struct merge *m, const char *name, char **cause)
 	int err = 0;
 
 	*cause = NULL;
-	if (!m->ins)
+	if (!m->nt)
 		return 0;
-	if (m->in_txn && merge_finish(m, cause))
+	if (!m->chosen && merge_choose(m, 0, cause))
 		return -EIO;
-	sqlite3_finalize(m->ins);
-	m->ins = NULL;
 	forget_columns(m);
 	sb_puts(&b, "ALTER TABLE results RENAME TO ");
 	sb_ident(&b, name);

@@ -21,17 +21,41 @@ struct merge *merge_new(char **cause);
 void merge_free(struct merge *m);
 
 /*
- * The columns of the first node to answer define the table (created here, names quoted,
- * duplicates made unique: "x", "x_2"; a query column named "node" becomes
- * "node_2"). Later calls compare: 0 when they match, -EINVAL with *cause
- * saying how they differ.
+ * Column sets one fan-out keeps apart: more is no schema mix-up but a hostile
+ * fleet. Fixed, so that the writer thread never reads an array being moved.
  */
-int merge_columns(struct merge *m, size_t ncols, const char *const *names, char **cause);
+#define MERGE_SETS_MAX 64
+
+/* Before a fan-out: the number of hosts whose rows may come. 0 or -ENOMEM. */
+int merge_hosts(struct merge *m, size_t n);
+/*
+ * Hosts first .. first + count - 1 (a relay's connection answers for several)
+ * answered with these columns: returns the column set they belong to (0, 1,
+ * ... in the order sets first came), a new one if no host had them before.
+ * Each set has a table of its own, made by the writer at its first row (names
+ * quoted, duplicates made unique: "x", "x_2"; a query column named "node"
+ * becomes "node_2"), until merge_choose() keeps one as results. -EINVAL with
+ * *cause: more columns than a table holds, or past MERGE_SETS_MAX sets.
+ */
+int merge_columns(struct merge *m, size_t first, size_t count, size_t ncols,
+		  const char *const *names, char **cause);
+/* Host h's column set, or -1. */
+int merge_set_of(const struct merge *m, size_t host);
+size_t merge_sets(const struct merge *m);
+/* Set k's table columns (node first, made unique; *n with node) and names as sent. */
+const char *const *merge_set_columns(const struct merge *m, int k, size_t *n);
+const char *const *merge_set_names(const struct merge *m, int k, size_t *n);
+/*
+ * After the writer has stopped: set k's table becomes results (made if no row
+ * came), the other sets' tables are dropped. 0, or -EIO with *cause.
+ */
+int merge_choose(struct merge *m, int k, char **cause);
 int merge_has_table(const struct merge *m);
 /*
  * The results table's column names as SELECT * FROM results gives them: "node", then the
- * first node's names made unique. *n = their count; NULL (and 0) before the table exists.
- * Owned by m, valid until merge_rename() or merge_free().
+ * chosen set's names made unique (before merge_choose(): the first set's). *n = their
+ * count; NULL (and 0) when no host sent columns. Owned by m, valid until
+ * merge_rename() or merge_free().
  */
 const char *const *merge_table_columns(const struct merge *m, size_t *n);
 

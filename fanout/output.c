@@ -19,6 +19,7 @@ struct output {
 	int format;
 	size_t ncols;
 	char **names;
+	int tty;
 	struct strbuf buf;
 	int err; /* first write error, sticky */
 	size_t nrows;
@@ -49,6 +50,8 @@ struct output *output_new(int fd, int format)
 		return NULL;
 	o->fd = fd;
 	o->format = format;
+	/* tsv or csv on a terminal: control bytes escaped as in a table. */
+	o->tty = isatty(fd);
 	return o;
 }
 
@@ -208,6 +211,19 @@ static void put_csv_text(struct strbuf *b, const char *s, size_t n)
 	sb_putc(b, '"');
 }
 
+/* csv on a terminal: the control bytes of the text escaped first, then quoted. */
+static void put_csv_tty(struct strbuf *b, const char *s, size_t n)
+{
+	struct strbuf t = STRBUF_INIT;
+
+	sb_printable(&t, s, n);
+	if (t.oom)
+		b->oom = 1;
+	else
+		put_csv_text(b, t.s ? t.s : "", t.len);
+	sb_release(&t);
+}
+
 /* One value in a text format (csv, tsv, table). */
 static void put_value(struct output *o, struct strbuf *b, const struct wire_value *v)
 {
@@ -227,9 +243,11 @@ static void put_value(struct output *o, struct strbuf *b, const struct wire_valu
 		sb_puts(b, num);
 		break;
 	case WIRE_TEXT:
-		if (o->format == FQ_FMT_CSV)
+		if (o->format == FQ_FMT_CSV && o->tty)
+			put_csv_tty(b, v->p, v->n);
+		else if (o->format == FQ_FMT_CSV)
 			put_csv_text(b, v->p, v->n);
-		else if (o->format == FQ_FMT_TABLE)
+		else if (o->format == FQ_FMT_TABLE || o->tty)
 			put_table_text(b, v->p, v->n);
 		else
 			put_escaped(b, v->p, v->n);
@@ -281,7 +299,15 @@ int output_begin(struct output *o, size_t ncols, const char *const *names)
 	if (!o->names || !o->numeric)
 		return -ENOMEM;
 	for (size_t i = 0; i < ncols; i++) {
-		o->names[i] = strdup(names[i]);
+		/* The table prints its header as kept here: escaped like its cells. */
+		if (o->format == FQ_FMT_TABLE) {
+			struct strbuf nb = STRBUF_INIT;
+
+			put_table_text(&nb, names[i], strlen(names[i]));
+			o->names[i] = nb.s ? sb_detach(&nb) : strdup("");
+		} else {
+			o->names[i] = strdup(names[i]);
+		}
 		if (!o->names[i])
 			return -ENOMEM;
 		o->numeric[i] = 1;
@@ -427,7 +453,7 @@ static int table_write(struct output *o)
 			sb_puts(&o->buf, "  ");
 		if (o->numeric[c])
 			pad(&o->buf, w[c] - cw);
-		put_escaped(&o->buf, o->names[c], strlen(o->names[c]));
+		sb_puts(&o->buf, o->names[c]);
 		if (!o->numeric[c] && c + 1 < o->ncols)
 			pad(&o->buf, w[c] - cw);
 	}

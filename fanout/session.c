@@ -472,7 +472,7 @@ unsigned char *session_encode(SSL_SESSION *s, size_t *n)
 		out[o++] = (unsigned char)(body >> 8);
 	out[o++] = (unsigned char)body;
 	for (p = der + h; p < end;) {
-		size_t clen, ch = der_head(p, (size_t)(end - p), &clen);
+		size_t clen = 0, ch = der_head(p, (size_t)(end - p), &clen);
 
 		if (p[0] != 0xa3) {
 			memcpy(out + o, p, ch + clen);

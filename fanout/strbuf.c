@@ -191,3 +191,32 @@ int fq_fail(char **cause, int err, const char *fmt, ...)
 	va_end(ap);
 	return err;
 }
+
+void sb_printable(struct strbuf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t i = 0, run;
+	char esc[4] = { '\\', 'x', 0, 0 };
+
+	while (i < n) {
+		for (run = i; run < n && (unsigned char)s[run] >= 0x20 && s[run] != 0x7f; run++)
+			;
+		sb_add(b, s + i, run - i);
+		if (run == n)
+			break;
+		esc[2] = hex[(unsigned char)s[run] >> 4];
+		esc[3] = hex[s[run] & 15];
+		sb_add(b, esc, 4);
+		i = run + 1;
+	}
+}
+
+char *fq_printable(const char *s)
+{
+	struct strbuf b = STRBUF_INIT;
+
+	sb_printable(&b, s, strlen(s));
+	if (!b.s && !b.oom)
+		return strdup("");
+	return sb_detach(&b);
+}

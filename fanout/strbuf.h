@@ -26,6 +26,14 @@ void sb_add(struct strbuf *b, const void *p, size_t n);
 __attribute__((format(printf, 2, 3))) void sb_printf(struct strbuf *b, const char *fmt, ...);
 /* A JSON string literal, quotes included; invalid UTF-8 becomes U+FFFD. */
 void sb_json_str(struct strbuf *b, const char *s, size_t n);
+/*
+ * Text bound for a terminal: control bytes (ESC, BEL, CR, NL ...) and DEL
+ * become \xHH, so no agent can move the cursor, set the title or clear the
+ * screen through a message; a backslash stays one.
+ */
+void sb_printable(struct strbuf *b, const char *s, size_t n);
+/* The same as a malloc'd string (NULL: out of memory). */
+char *fq_printable(const char *s);
 /* Returns the malloc'd text (never NULL unless oom) and empties b. */
 char *sb_detach(struct strbuf *b);
 

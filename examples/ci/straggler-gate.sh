@@ -8,7 +8,8 @@
 #   0  pass: every node answered, no straggler, no hung rank
 #   1  a straggler was found
 #   5  a hung rank was found (wins over 1)
-#   3  coverage short: nodes timed out, were unreachable or failed the query (no verdict)
+#   3  no verdict: nodes timed out, were unreachable or failed the query, or the answers
+#      held no rank (no such job, a window before the trace) or only part of a job
 #   4  TLS or authentication failed on a node (fix certificates; wins over 3)
 #   2  usage or configuration error (this script's, or fleetq's)
 #
@@ -79,7 +80,15 @@ case $rc in
 0) line="PASS no straggler" ;;
 1) line="FAIL ${found:-straggler found}" ;;
 5) line="FAIL ${found:-hung rank found}" ;;
-3) line="ERROR coverage short, no verdict" ;;
+3)
+	# what fleetq says to check (no rank seen, part of a job), else the coverage
+	why=$(grep -v '^coverage:\|^fleetq: stragglers:' "$tmp/err" | head -n 1) || why=
+	if [ -n "$why" ]; then
+		line="ERROR no verdict: ${why#fleetq: }"
+	else
+		line="ERROR coverage short, no verdict"
+	fi
+	;;
 4) line="ERROR TLS/authentication failed${msg:+: $msg}" ;;
 *) line="ERROR fleetq exit $rc${msg:+: $msg}" ;;
 esac

@@ -95,9 +95,9 @@ else
 fi
 [ "$(cat "$T/out")" = "$want" ] || fail "columns differ: output '$(cat "$T/out")'"
 
-# 5. the same SQL error on every node: said once, plainly, exit 3.
+# 5. the same SQL error on every node: said once, plainly, exit 2 (the query is wrong).
 fq -w "127.0.0.1:[$P1,$P2,$P3]" --format csv "SELECT * FROM no_such_table"
-expect_rc 3 "SQL error everywhere"
+expect_rc 2 "SQL error everywhere"
 [ "$(grep -c 'no such table: no_such_table' "$T/err")" -ge 1 ] || fail "error not shown"
 [ "$(grep -c '^fleetq: sql error on all 3 nodes: .*no such table: no_such_table' "$T/err")" = 1 ] ||
 	{ cat "$T/err" >&2; fail "the common SQL error is not said once"; }

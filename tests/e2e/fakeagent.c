@@ -13,6 +13,16 @@
  *       huge      a header announcing a frame past WIRE_FRAME_MAX
  *       errorauth ERROR WIRE_E_AUTH instead of HELLO, then close
  *       ok        a well-behaved answer: COLUMNS (a, b), 3 rows, END
+ *       busy      END with status BUSY after the QUERY (too many queries)
+ *       flood     COLUMNS (a, b), then ROWS frames of 1 MiB (16 rows each) until the
+ *                 client goes away: no row limit, no END
+ *       dupcols   4,000 columns all named "x", one row
+ *       dupcols2k 1,998 columns all named "x" (as many as the merge holds), one row
+ *       widecols  2,001 columns, one row
+ *       escape    terminal escapes (OSC title, clear screen) in the HELLO, a column
+ *                 name and a value
+ *       escend    END sql error whose message is terminal escapes
+ *       errbusy   ERROR WIRE_E_BUSY instead of HELLO (too many sessions), then close
  *       values    a well-behaved answer with values a real agent never sends (NaN,
  *                 -0.0, text with a NUL, invalid UTF-8, ...) and column names that
  *                 clash ("v", "V", "node", "", "v_2", "w")
@@ -23,6 +33,7 @@
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,7 +142,7 @@ static void serve(int fd, const char *mode)
 	static const char *const cols[] = { "a", "b" };
 	struct wire_hello h = { .agent_version = "fake",
 				.schema_version = 1,
-				.node = "fake",
+				.node = strcmp(mode, "escape") ? "fake" : "\x1b]0;pwned\x07",
 				.clock_source = "realtime",
 				.proto_min = 1,
 				.proto_max = 1 };
@@ -157,6 +168,11 @@ static void serve(int fd, const char *mode)
 		write_all(fd, b.data, b.len);
 		goto out;
 	}
+	if (!strcmp(mode, "errbusy")) {
+		wire_put_error(&b, WIRE_E_BUSY, "too many sessions (256)");
+		write_all(fd, b.data, b.len);
+		goto out;
+	}
 	wire_put_hello(&b, &h);
 	write_all(fd, b.data, b.len);
 	wire_buf_reset(&b);
@@ -169,6 +185,85 @@ static void serve(int fd, const char *mode)
 		while (read(fd, &c, 1) > 0)
 			;
 		goto out;
+	}
+	if (!strcmp(mode, "busy")) {
+		e.rows = 0;
+		e.status = WIRE_E_BUSY;
+		e.message = "agent busy: 8 queries running, try again";
+		wire_put_end(&b, &e);
+		write_all(fd, b.data, b.len);
+		goto out;
+	}
+	if (!strcmp(mode, "flood")) {
+		static char big[65536];
+		struct wire_rows w;
+
+		memset(big, 'f', sizeof(big));
+		wire_put_columns(&b, 2, cols);
+		for (;;) {
+			wire_rows_begin(&w, &b, 2);
+			for (int i = 0; i < 16; i++) {
+				struct wire_value v[2] = { { .type = WIRE_INT, .i = i },
+							   { .type = WIRE_TEXT, .p = big,
+							     .n = sizeof(big) - 64 } };
+
+				wire_rows_add(&w, v);
+			}
+			wire_rows_finish(&w);
+			if (write_all(fd, b.data, b.len))
+				goto out;
+			wire_buf_reset(&b);
+		}
+	}
+	if (!strncmp(mode, "dupcols", 7) || !strcmp(mode, "widecols")) {
+		size_t n = !strcmp(mode, "dupcols")	  ? 4000
+			   : !strcmp(mode, "dupcols2k") ? 1998
+							: 2001;
+		const char **names = calloc(n, sizeof(*names));
+		char (*wide)[16] = calloc(n, 16);
+		struct wire_value *v = calloc(n, sizeof(*v));
+		struct wire_rows w;
+
+		for (size_t i = 0; names && wide && v && i < n; i++) {
+			snprintf(wide[i], 16, "c%zu", i + 1);
+			names[i] = mode[0] == 'd' ? "x" : wide[i];
+			v[i] = (struct wire_value){ .type = WIRE_INT, .i = (int64_t)i };
+		}
+		if (names && wide && v) {
+			wire_put_columns(&b, n, names);
+			wire_rows_begin(&w, &b, n);
+			wire_rows_add(&w, v);
+			wire_rows_finish(&w);
+			e.rows = 1;
+			wire_put_end(&b, &e);
+			write_all(fd, b.data, b.len);
+		}
+		free(names);
+		free(wide);
+		free(v);
+		goto drain;
+	}
+	if (!strcmp(mode, "escape")) {
+		static const char *const ecols[] = { "\x1b]0;pwned\x07", "b" };
+		struct wire_rows w;
+		struct wire_value v[2] = { TEXT("\x1b[2J\x1b]0;pwned\x07"), TEXT("ok") };
+
+		wire_put_columns(&b, 2, ecols);
+		wire_rows_begin(&w, &b, 2);
+		wire_rows_add(&w, v);
+		wire_rows_finish(&w);
+		e.rows = 1;
+		wire_put_end(&b, &e);
+		write_all(fd, b.data, b.len);
+		goto drain;
+	}
+	if (!strcmp(mode, "escend")) {
+		e.rows = 0;
+		e.status = WIRE_E_SQL;
+		e.message = "no such table: \x1b]0;pwned\x07\x1b[2J";
+		wire_put_end(&b, &e);
+		write_all(fd, b.data, b.len);
+		goto drain;
 	}
 	if (!strcmp(mode, "values")) {
 		static const char *const vcols[] = { "v", "V", "node", "", "v_2", "w" };
@@ -189,6 +284,7 @@ static void serve(int fd, const char *mode)
 	if (strcmp(mode, "partial")) {
 		char c;
 
+drain:
 		while (read(fd, &c, 1) > 0)
 			;
 	}
@@ -208,6 +304,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: fq-fakeagent MODE PORTFILE\n");
 		return 2;
 	}
+	/* flood writes until the client has gone: that is no reason to die */
+	signal(SIGPIPE, SIG_IGN);
 	ls = socket(AF_INET, SOCK_STREAM, 0);
 	if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof(sa)) || listen(ls, 16) ||
 	    getsockname(ls, (struct sockaddr *)&sa, &len)) {

@@ -25,7 +25,7 @@ for sql in "DELETE FROM collectives" \
 	"PRAGMA journal_mode=DELETE"; do
 	fq -w "$HL" --format csv "$sql"
 	[ "$RC" != 0 ] || fail "'$sql' exited 0"
-	expect_rc 3 "'$sql'"
+	expect_rc 2 "'$sql'"
 	expect_err "coverage: 0/4 nodes ok"
 	expect_err "sql error: 127.0.0.1:"
 	# The same refusal on all four nodes is said once.

@@ -158,6 +158,20 @@ static void test_file(void)
 	CHECK(hostlist_read_file(hl, "/nonexistent/hosts", &cause) == -ENOENT);
 	CHECK(cause && strstr(cause, "/nonexistent/hosts"));
 	free(cause);
+	/* a NUL cuts no line silently */
+	f = fopen(path, "w");
+	fwrite("ok1\nbad\0tail\n", 1, 14, f);
+	fclose(f);
+	CHECK(hostlist_read_file(hl, path, &cause) == -EINVAL);
+	CHECK(cause && strstr(cause, "line 2 holds a NUL byte"));
+	free(cause);
+	/* /dev/zero: refused at once, not read until memory runs out */
+	CHECK(hostlist_read_file(hl, "/dev/zero", &cause) == -EINVAL);
+	CHECK(cause && strstr(cause, "NUL"));
+	free(cause);
+	CHECK(hostlist_read_file(hl, "/tmp", &cause) == -EISDIR);
+	CHECK(cause && strstr(cause, "is a directory"));
+	free(cause);
 	unlink(path);
 	hostlist_free(hl);
 }
@@ -181,6 +195,12 @@ int main(void)
 	EXPANDS("gpu[1-3],gpu2,gpu1", "gpu1 gpu2 gpu3");
 	EXPANDS(" a , b ", "a b");
 	EXPANDS("gpu[5]", "gpu5");
+	/* one node however its port is spelled */
+	EXPANDS("host:9401,host:09401", "host:9401");
+	EXPANDS("host:0[9401-9402],host:9401", "host:9401 host:9402");
+	EXPANDS("[::1]:09551,[::1]:9551", "[::1]:9551");
+	EXPANDS("h:0", "h:0");
+	EXPANDS("fd00::17", "fd00::17");
 	FAILS("gpu[");
 	FAILS("gpu[01-");
 	FAILS("gpu[3-1]");

@@ -84,7 +84,11 @@ while IFS= read -r sql; do
 		echo "coverage: answered one small row: $(tail -n 1 "$T/out")" >"$T/err"
 	else
 		[ "$RC" != 0 ] || fail "attack $n exited 0: $(printf %.120s "$sql")"
-		[ "$RC" = 3 ] || { cat "$T/err" >&2; fail "attack $n: exit $RC, want 3"; }
+		# 2: the agent refused the SQL itself (the query's fault); 3: a limit cut it
+		[ "$RC" = 2 ] || [ "$RC" = 3 ] ||
+			{ cat "$T/err" >&2; fail "attack $n: exit $RC, want 2 or 3"; }
+		[ "$RC" = 3 ] || grep -qE "coverage: 0/1 node ok.*sql error" "$T/err" ||
+			{ cat "$T/err" >&2; fail "attack $n: exit 2 without a refusal"; }
 		# one clear reason in the coverage line; no node counted as ok
 		grep -qE "coverage: 0/1 node ok.*(sql error|denied|timeout|truncated|memory|limit)" \
 			"$T/err" ||

@@ -60,10 +60,10 @@ same_as_flat() {
 	cmp -s "$T/e.flat" "$T/err" || { diff "$T/e.flat" "$T/err" >&2; fail "$*: stderr differs"; }
 }
 same_as_flat "SELECT nope FROM collectives"
-[ "$RC" = 3 ] || fail "sql error: exit $RC"
+[ "$RC" = 2 ] || fail "sql error: exit $RC"
 expect_err "sql error on all 9 nodes"
 same_as_flat --max-rows 5 "$Q"
-expect_err "truncated"
+expect_err "rows limited by --max-rows"
 
 # 2. fleetq stragglers: the same report either way, but for the measured numbers (each
 # run samples the clocks anew, through a relay as relay offset + leaf offset).

@@ -1,0 +1,96 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Exit 0 means "looked everywhere and found nothing" (a Slurm epilog or a CI gate trusts
+# it): an analysis that saw no rank (no such job, a window before the trace), part of a
+# communicator (-w naming some of the job's nodes), or a fan-out where no node answered
+# (even under --min-coverage 0) exits 3 with one line that says what to check.
+. "$(dirname "$0")/lib.sh"
+
+certs ca 127.0.0.1
+NOW_S=$(date +%s)
+START=$(((NOW_S - 15) * 1000000000))
+# one 32-rank job (4242), 8 ranks on each of 4 nodes, ending ~5 s ago
+HOSTS=
+for k in 0 1 2 3; do
+	"$TRACEGEN" --out "$T/n$k.db" --node "node$k" --ranks 8 --rank-base $((8 * k)) \
+		--nranks 32 --steps 200 --start-ns $START --seed 7 >"$T/gen.log" 2>&1 ||
+		fail "fq-tracegen node$k"
+	start_agent "n$k" "$T/n$k.db" ca
+	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
+	[ $k = 0 ] && FIRST=127.0.0.1:$PORT
+done
+export FLEETQ_SQL_DIR="$(dirname "$0")/../../sql/analysis"
+
+# the whole job: a verdict, exit 0
+fq -w "$HOSTS" stragglers --since 2m
+expect_rc 0 "stragglers over the whole job"
+fq -w "$HOSTS" netcheck --since 2m
+expect_rc 0 "netcheck over the whole job"
+
+# no such job: no verdict
+for a in stragglers netcheck; do
+	fq -w "$HOSTS" $a --job 9999 --since 15m
+	expect_rc 3 "$a --job 9999"
+	err_has "^fleetq: no collectives of job 9999 in the last 15m on 4 nodes: check --job/--since$"
+	! grep -q "none among\|nothing among" "$T/err" || fail "$a --job 9999 says all clear"
+	fq -w "$HOSTS" $a --job 9999 --since 15m --format tsv
+	expect_rc 3 "$a --job 9999 --format tsv"
+	fq -q -w "$HOSTS" $a --job 9999 --since 15m --format json
+	expect_rc 3 "$a --job 9999 --format json -q"
+	err_has "^fleetq: no collectives of job 9999"
+done
+# the job's own id and all time: a verdict
+fq -w "$HOSTS" stragglers --job 4242 --since all
+expect_rc 0 "stragglers --job 4242 --since all"
+
+# traces older than the window
+sleep 1
+fq -w "$HOSTS" stragglers --since 1s
+expect_rc 3 "stragglers over a window after the trace"
+err_has "^fleetq: no collectives in the last 1s on 4 nodes: check --since$"
+fq -w "$HOSTS" netcheck --since 1s
+expect_rc 3 "netcheck over a window after the trace"
+
+# a partial communicator: 8 of 32 ranks answered
+fq -w "$FIRST" stragglers --since all
+expect_rc 3 "stragglers on one node of four"
+err_has "^fleetq: 8 of 32 ranks of communicator [0-9a-f]{16} answered: query every node of the job$"
+fq -w "$FIRST" stragglers --since all --format tsv --all
+expect_rc 3 "stragglers --format tsv on one node of four"
+fq -w "$FIRST" netcheck --since all
+expect_rc 3 "netcheck on one node of four"
+err_has "^fleetq: 8 of 32 ranks of communicator"
+
+# the CI example must not print PASS for either
+printf '%s\n' "$HOSTS" | tr , '\n' >"$T/hosts"
+FLEETQ_CA=$T/ca/ca.crt FLEETQ_CERT=$T/ca/client.crt FLEETQ_KEY=$T/ca/client.key \
+	sh "$(dirname "$0")/../../examples/ci/straggler-gate.sh" --hosts "$T/hosts" --job 9999 \
+	--since 15m >"$T/out" 2>"$T/err"
+RC=$?
+expect_rc 3 "straggler-gate.sh --job 9999"
+! grep -q PASS "$T/out" || fail "straggler-gate.sh: $(cat "$T/out")"
+grep -q "no collectives of job 9999" "$T/out" || fail "straggler-gate.sh: $(cat "$T/out")"
+echo "$FIRST" >"$T/hosts1"
+FLEETQ_CA=$T/ca/ca.crt FLEETQ_CERT=$T/ca/client.crt FLEETQ_KEY=$T/ca/client.key \
+	sh "$(dirname "$0")/../../examples/ci/straggler-gate.sh" --hosts "$T/hosts1" \
+	--since all >"$T/out" 2>"$T/err"
+RC=$?
+expect_rc 3 "straggler-gate.sh over one node of four"
+! grep -q PASS "$T/out" || fail "straggler-gate.sh: $(cat "$T/out")"
+
+# gate agrees
+fq -w "$HOSTS" gate --save "$T/base.json" --job 9999 --since 15m
+expect_rc 3 "gate --job 9999"
+
+# --min-coverage 0 forgives some nodes, not all of them
+DEAD=127.0.0.1:$(free_port)
+fq -w "$DEAD" --min-coverage 0 --connect-timeout 2 "SELECT 1"
+expect_rc 3 "query, every node unreachable, --min-coverage 0"
+fq -w "$FIRST" --min-coverage 0 "SELECT * FROM no_such_table"
+expect_rc_not0() { [ "$RC" != 0 ] || fail "$1: exit 0"; }
+expect_rc_not0 "query, SQL error on every node, --min-coverage 0"
+fq -w "$DEAD" --min-coverage 0 --connect-timeout 2 ping
+expect_rc 3 "ping, every node unreachable, --min-coverage 0"
+fq -w "$DEAD,$FIRST" --min-coverage 0 --connect-timeout 2 "SELECT 1"
+expect_rc 0 "query, one node of two, --min-coverage 0"
+echo "false-clear: ok"
