@@ -441,7 +441,9 @@ int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_f
 {
 	int err = walk(db, 0, out, fd, straggler_row);
 
-	if (!err && !fd->hung && !fd->stragglers)
+	if (!err && !fd->hung && !fd->stragglers && !fd->ranks)
+		fprintf(out, "no verdict: no rank in the window, %s\n", window);
+	else if (!err && !fd->hung && !fd->stragglers)
 		fprintf(out, "no straggler: %d rank%s in %d communicator%s, %s\n", fd->ranks,
 			fd->ranks == 1 ? "" : "s", fd->comms, fd->comms == 1 ? "" : "s", window);
 	fflush(out);
@@ -475,7 +477,9 @@ int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, struct an_fin
 {
 	int err = walk(db, 1, out, fd, netcheck_row);
 
-	if (!err && !fd->flagged)
+	if (!err && !fd->flagged && !fd->ranks)
+		fprintf(out, "no verdict: no rank in the window, %s\n", window);
+	else if (!err && !fd->flagged)
 		fprintf(out, "no network trouble: %d rank%s in %d communicator%s, %s\n", fd->ranks,
 			fd->ranks == 1 ? "" : "s", fd->comms, fd->comms == 1 ? "" : "s", window);
 	fflush(out);

@@ -213,21 +213,33 @@ gt AS (
 	FROM gr
 ),
 gcm AS (
-	SELECT nccl_comm, op, count(*) AS n, median(tot) AS m, mad(tot) AS d, sum(tot) AS s,
-	       median(gspan) AS gspan, median(med) AS m_med, sum(med) AS s_med
+	SELECT nccl_comm, op, count(*) AS n, median(med) AS m, mad(med) AS d, sum(med) AS s,
+	       median(tot) AS mt, mad(tot) AS dt, sum(tot) AS st, median(gspan) AS gspan,
+	       median(nk) AS nk
 	FROM gt GROUP BY nccl_comm, op
 ),
--- the rank whose kernels are shortest arrived last: its peers' kernels waited for it
-gz AS (
+-- the rank whose kernels are shortest arrived last: its peers' kernels waited for it. Two
+-- views of one op, the larger z wins: each rank's total over the span (what its peers lost,
+-- however it is spread) and its median kernel (the consistent departure, which a few long
+-- outlier kernels do not move); the floors are :floor of the span, and of it per kernel
+gzz AS (
 	SELECT t.*, c.n AS gn,
-	       -CASE WHEN c.n = 2 THEN robust_z(t.tot, c.s - t.tot, max(prm.fl * c.gspan, prm.fl_ns))
-		     ELSE robust_z(t.tot, c.m, max(c.d, prm.fl * c.gspan, prm.fl_ns)) END AS z_gpu,
-	       ((CASE WHEN c.n = 2 THEN c.s - t.tot ELSE c.m END) - t.tot) / nullif(c.gspan, 0)
-		       AS e_gpu,
-	       CASE WHEN c.n = 2 THEN c.s_med - t.med ELSE c.m_med END AS peer_med
+	       -CASE WHEN c.n = 2 THEN robust_z(t.tot, c.st - t.tot, max(prm.fl * c.gspan, prm.fl_ns))
+		     ELSE robust_z(t.tot, c.mt, max(c.dt, prm.fl * c.gspan, prm.fl_ns)) END AS zt,
+	       ((CASE WHEN c.n = 2 THEN c.st - t.tot ELSE c.mt END) - t.tot) / nullif(c.gspan, 0)
+		       AS et,
+	       -CASE WHEN c.n = 2 THEN robust_z(t.med, c.s - t.med,
+						max(prm.fl * c.gspan / c.nk, 2000))
+		     ELSE robust_z(t.med, c.m, max(c.d, prm.fl * c.gspan / c.nk, 2000)) END AS zm,
+	       ((CASE WHEN c.n = 2 THEN c.s - t.med ELSE c.m END) - t.med) * t.nk
+		       / nullif(c.gspan, 0) AS em,
+	       CASE WHEN c.n = 2 THEN c.s - t.med ELSE c.m END AS peer_med
 	FROM gt t JOIN gcm c USING (nccl_comm, op), prm
 	-- an op seen a few times (a barrier's all-reduce) says nothing on its own
 	WHERE t.nk >= 16
+),
+gz AS (
+	SELECT *, iif(zt >= zm, zt, zm) AS z_gpu, iif(zt >= zm, et, em) AS e_gpu FROM gzz
 ),
 -- per rank, the op that stands out most
 gb AS (

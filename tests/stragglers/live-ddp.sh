@@ -1,0 +1,78 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# A DDP-shaped job on the real path: four agentd processes with the real eBPF tracer, each
+# scoped to one "node" cgroup of an 8-rank stand-in job (fq-workload --shape ddp: four bucket
+# all-reduces a step from a second thread, queued on a device thread, one synchronize a step),
+# with fleetq's NCCL profiler plugin loaded through NCCL_PROFILER_PLUGIN as NCCL loads it, so
+# its records reach the agents through the uprobe on its hand-over function.
+#   clean: exit 0;
+#   rank 3's GPU 50% slower (only its kernels' device time grows): exit 1, rank 3 named first,
+#     by the GPU-side signal (the CPU side of a job that syncs every step cannot see it);
+#   rank 6's main thread sleeping 50% of a step: exit 1, rank 6 named first.
+# The fault is large on purpose: this is the path's test; bench/accuracy measures accuracy.
+. "$(dirname "$0")/../e2e/lib.sh"
+. "$(dirname "$0")/../standin/live-agents.sh"
+[ -r "${PLUGIN:-}" ] || fail "no NCCL profiler plugin at '${PLUGIN:-}' (target fleetq_nccl_profiler)"
+live_agents fqddp
+echo "agents up after ${SECONDS}s"
+
+STEPS=120
+run() {
+	job=$1
+	shift
+	NCCL_PROFILER_PLUGIN=$PLUGIN "$STANDIN/fq-workload" --ranks 8 --steps $STEPS --shape ddp \
+		--buckets 4 --step-us 1000 --kernel-us 4000 --sync-every 1 --job-id "$job" \
+		--cgroup-parent "$CG" --cgroups 4 --report "$T/$job.tsv" "$@" >"$T/$job.log" 2>&1 ||
+		fail "fq-workload $job: $(tail -n 3 "$T/$job.log")"
+	i=0
+	while :; do
+		fq -w "$HOSTS" --format csv --merge "SELECT sum(n) || ',' || sum(k) FROM results" \
+			"SELECT count(*) AS n, (SELECT count(*) FROM nccl_kernels k WHERE k.pid IN
+			 (SELECT pid FROM processes WHERE job_id = '$job')) AS k FROM collectives
+			 WHERE pid IN (SELECT pid FROM processes WHERE job_id = '$job')"
+		# every collective; every kernel but the first few of each rank, which finish before
+		# agentd has found the plugin NCCL loaded at the communicator's init
+		got=$(tail -n 1 "$T/out" | tr -d '"')
+		[ "$RC" = 0 ] && [ "${got%,*}" = $((8 * 4 * STEPS)) ] &&
+			[ "${got#*,}" -ge $((8 * 4 * STEPS - 8 * 8)) ] && break
+		i=$((i + 1))
+		[ $i -lt 100 ] || fail "$job: collectives,kernels traced $got, want $((8 * 4 * STEPS)) and at most 64 kernels fewer"
+		sleep 0.1
+	done
+}
+# node of rank R in job J, from the workload's report
+agent_of() {
+	local cg
+	cg=$(awk -F'\t' -v r="$2" '$1 == r && $4 == "cgroup" { print $8 }' "$T/$1.tsv")
+	echo "127.0.0.1:${PORT[${cg##*/node}]}"
+}
+
+run clean-$$
+echo "clean job traced after ${SECONDS}s"
+fq -w "$HOSTS" --format csv --merge "SELECT sum(n) FROM results" "SELECT count(*) AS n
+	FROM nccl_kernels WHERE comm_hash IS NULL
+	OR comm_hash <> (SELECT comm_hash FROM comms ORDER BY ts_ns DESC LIMIT 1)"
+expect_rc 0 "kernels joined"
+grep -qx "0" <(tail -n 1 "$T/out") || fail "kernels not joined to the communicator: $(cat "$T/out")"
+fq -w "$HOSTS" stragglers --since 5m --job clean-$$
+cat "$T/out"
+expect_rc 0 "live DDP clean job"
+
+run gpu-$$ --slow-rank 3 --slow-pct 50 --slow-kind gpu
+echo "gpu job traced after ${SECONDS}s"
+fq -w "$HOSTS" stragglers --since 5m --job gpu-$$
+cat "$T/out"
+[ "$RC" = 1 ] || { fq -w "$HOSTS" stragglers --since 5m --job gpu-$$ --all --format tsv; cat "$T/out"; }
+expect_rc 1 "live DDP slow GPU"
+head -n 1 "$T/out" | grep -q "^straggler: rank 3 on $(agent_of gpu-$$ 3) " ||
+	fail "want rank 3 first: $(cat "$T/out")"
+grep -m 1 "signals that name it:" "$T/out" | grep -q "gpu" || fail "no gpu signal: $(cat "$T/out")"
+
+run stall-$$ --slow-rank 6 --slow-pct 50 --slow-kind stall
+echo "stall job traced after ${SECONDS}s"
+fq -w "$HOSTS" stragglers --since 5m --job stall-$$
+cat "$T/out"
+expect_rc 1 "live DDP stalled rank"
+head -n 1 "$T/out" | grep -q "^straggler: rank 6 on $(agent_of stall-$$ 6) " ||
+	fail "want rank 6 first: $(cat "$T/out")"
+echo "PASS after ${SECONDS}s"
