@@ -158,7 +158,7 @@ void discover_add_file(struct discover *d, uint64_t dev, uint64_t ino)
 	d->nfiles++;
 }
 
-static int have_file(struct discover *d, uint64_t dev, uint64_t ino)
+int discover_has_file(struct discover *d, uint64_t dev, uint64_t ino)
 {
 	size_t i;
 
@@ -300,7 +300,7 @@ static int scan_maps(struct discover *d, int pid, discover_lib_fn lib, void *arg
 		if (found < 2)
 			found = carries_nccl(path) ? 2 : 1;
 		snprintf(full, sizeof(full), "/proc/%d/root%s", pid, path);
-		if (stat(full, &st) || have_file(d, st.st_dev, st.st_ino))
+		if (stat(full, &st) || discover_has_file(d, st.st_dev, st.st_ino))
 			continue;
 		discover_add_file(d, st.st_dev, st.st_ino);
 		lib(arg, full, st.st_dev, st.st_ino);

@@ -40,6 +40,8 @@ int discover_scan_libs(struct discover *d, int pid, discover_lib_fn lib, void *a
 void discover_forget(struct discover *d, int pid);
 /* Marks a file identity as handled (attached at start from an explicit path). */
 void discover_add_file(struct discover *d, uint64_t dev, uint64_t ino);
+/* 1 if the library file (dev, ino) was reported or added already. */
+int discover_has_file(struct discover *d, uint64_t dev, uint64_t ino);
 /* True if the file is a library fleetq probes (by name). */
 int discover_is_traced_lib(const char *path);
 

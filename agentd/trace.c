@@ -1138,6 +1138,26 @@ static int attach_listed_libs(struct tracer *t)
 	return 0;
 }
 
+/*
+ * fleetq's NCCL profiler plugin where it is installed beside agentd: attached at start, so
+ * that a job's first collectives are seen too (found in a process's maps only after NCCL
+ * loaded it at the communicator's init, the attach would miss what ran meanwhile).
+ */
+#ifndef FLEETQ_NCCL_PLUGIN_PATH
+#define FLEETQ_NCCL_PLUGIN_PATH "/usr/local/lib/libfleetq-nccl-profiler.so"
+#endif
+static void attach_installed_plugin(struct tracer *t)
+{
+	char real[PATH_MAX];
+	struct stat st;
+
+	if (!(t->sets & PROBE_NCCL) || !realpath(FLEETQ_NCCL_PLUGIN_PATH, real) ||
+	    stat(real, &st) || discover_has_file(t->disc, st.st_dev, st.st_ino))
+		return;
+	if (attach_file(t, real) > 0)
+		discover_add_file(t->disc, st.st_dev, st.st_ino);
+}
+
 struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 {
 	struct store_opts so = { 0 };
@@ -1324,6 +1344,7 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 			    "separately; NULL when the init was not seen");
 
 	attach_listed_libs(t);
+	attach_installed_plugin(t);
 	discover_scan(t->disc, lib_found, proc_found, t);
 
 	err = pthread_create(&t->poll_th, NULL, poll_main, t);

@@ -107,27 +107,23 @@ hfull AS (
 ),
 -- per rank, one pass over its JSON (seq -> [enqueue, wait, cpu]) joined to the seqs every
 -- rank reached: median lateness on the coordinator's clock, total wait, total CPU work, the
--- span on the rank's own clock, how many, and its lateness behind the first rank of its own
--- host (no clock offset); the join order is the plan (each member looks full and hfull up
--- through automatic indexes)
+-- span on the rank's own clock, how many; the join order is the plan (each member looks
+-- full up by (seq, comm_hash) through an automatic index)
 ra AS (
 	SELECT x.comm_hash, x.node, x.rank, x.pid, x.nranks, k.rtt_ns, k.node IS NOT NULL AS clocked,
 	       coalesce(w.host, x.node) AS host,
 	       (SELECT json_array(median(j.value ->> 0 - coalesce(k.offset_ns, 0) - f.t_first),
 				  sum(j.value ->> 1), sum(j.value ->> 2), count(j.value ->> 2),
-				  max(j.value ->> 0) - min(j.value ->> 0), count(*),
-				  median(j.value ->> 0 - h.t_host))
-		FROM json_each(x.by_seq) j CROSS JOIN full f CROSS JOIN hfull h
-		WHERE f.seq = j.key + 0 AND f.comm_hash = x.comm_hash
-		  AND h.comm_hash = x.comm_hash AND h.host = coalesce(w.host, x.node)
-		  AND h.seq = f.seq) AS a,
+				  max(j.value ->> 0) - min(j.value ->> 0), count(*))
+		FROM json_each(x.by_seq) j CROSS JOIN full f
+		WHERE f.seq = j.key + 0 AND f.comm_hash = x.comm_hash) AS a,
 	       (SELECT median(value) FROM json_each(x.gap_list)) AS gap
 	FROM rk x LEFT JOIN clock k ON k.node = x.node LEFT JOIN nowr w ON w.node = x.node
 ),
 r AS (
 	SELECT comm_hash, node, rank, pid, nranks, rtt_ns, clocked, gap, host,
 	       a ->> 0 AS late, a ->> 1 AS wait, iif(a ->> 3 > 0, a ->> 2, NULL) AS cpu,
-	       a ->> 4 AS span, a ->> 5 AS nfull, a ->> 6 AS late_host,
+	       a ->> 4 AS span, a ->> 5 AS nfull,
 	       count(*) OVER (PARTITION BY comm_hash, host) AS on_host
 	FROM ra
 ),
@@ -253,8 +249,15 @@ flags AS (
 	       -- other ranks of its host (a host whose clock is off makes all of them late)
 	       (z.z_late > prm.thr AND z.e_late >= prm.eff AND z.clock_err IS NOT NULL
 		AND z.late >= prm.ck * z.clock_err
-		AND (z.on_host = 1 OR (z.late_host >= 0.5 * z.e_late * z.step
-				       AND z.late_host >= prm.eff * z.step))) AS f_late,
+		-- (its lateness behind the first rank of its own host, on one clock: asked only of a
+		-- rank whose lateness would count, one lookup per collective in hfull)
+		AND (z.on_host = 1 OR CASE WHEN z.z_late > prm.thr AND z.e_late >= prm.eff THEN
+			(SELECT median(j.value ->> 0 - h.t_host)
+			 FROM rk x CROSS JOIN json_each(x.by_seq) j CROSS JOIN hfull h
+			 WHERE x.node = z.node AND x.comm_hash = z.comm_hash AND x.rank IS z.rank
+			   AND x.pid = z.pid AND h.seq = j.key + 0 AND h.comm_hash = z.comm_hash
+			   AND h.host = z.host)
+			>= max(0.5 * z.e_late * z.step, prm.eff * z.step) END)) AS f_late,
 	       (z.z_wait > prm.thr AND z.e_wait >= prm.eff) AS f_wait,
 	       (z.z_cpu > prm.thr AND z.e_cpu >= prm.eff) AS f_cpu
 	FROM z, prm
@@ -289,10 +292,13 @@ v AS (
 	SELECT u.comm_hash, u.node, u.rank, u.pid,
 	       coalesce(f.nranks, g.nranks, h.nranks) AS nranks, coalesce(f.n, g.gn, 0) AS ranks,
 	       (g.z_gpu > prm.thr AND g.e_gpu >= prm.eff) AS f_gpu,
-	       -- where the GPU side is known, a late enqueue counts only if the peers' kernels
-	       -- waited for it: a CPU that runs ahead of its GPU can enqueue late for free
-	       f.f_late AND (g.z_gpu IS NULL OR g.z_gpu > prm.thr) AS f_late, f.f_wait, f.f_cpu, f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
-	       f.e_late, f.e_wait, g.e_gpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
+	       -- a late enqueue counts only if its peers demonstrably waited for it: their
+	       -- kernels (where the GPU side is known), else their waits at least half as clearly
+	       -- (a CPU that runs ahead of its GPU enqueues late for free; a loaded host makes
+	       -- some rank late by a little, at no one's cost)
+	       f.f_late AND CASE WHEN g.z_gpu IS NOT NULL THEN g.z_gpu > prm.thr
+				 ELSE f.z_wait > prm.thr / 2 END AS f_late, f.f_wait, f.f_cpu, f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
+	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
 	       g.peer_med, g.tot, g.gspan, h.hung, h.last_seq, h.age_ns, f.n AS fn, g.gn
 	FROM ranks u
@@ -308,17 +314,23 @@ w AS (
 	SELECT v.*,
 	       CASE WHEN v.hung THEN 'hung'
 		    WHEN v.f_late OR v.f_wait OR v.f_gpu THEN 'straggler'
+		    -- its CPU work stands out and its peers did not wait less than it: where
+		    -- contention blurs every wait, the work itself is the evidence
+		    WHEN v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0 THEN 'straggler'
 		    ELSE 'ok' END AS verdict,
-	       coalesce(v.f_late, 0) + coalesce(v.f_wait, 0) + coalesce(v.f_gpu, 0) AS nsig,
+	       coalesce(v.f_late, 0) + coalesce(v.f_wait, 0) + coalesce(v.f_gpu, 0) +
+		       coalesce(v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0, 0) AS nsig,
 	       max(iif(v.f_late, v.e_late, 0), iif(v.f_wait, v.e_wait, 0),
-		   iif(v.f_gpu, v.e_gpu, 0)) AS eff_on,
+		   iif(v.f_gpu, v.e_gpu, 0),
+		   iif(v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0, v.e_cpu, 0)) AS eff_on,
 	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0)) AS eff_any
 	FROM v
 )
 SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        nullif(substr(iif(f_late, ',late', '') || iif(f_wait, ',wait', '') ||
 		     iif(f_gpu, ',gpu', '') ||
-		     iif(f_cpu AND (f_late OR f_wait OR f_gpu), ',cpu', ''), 2), '') AS signals,
+		     iif(f_cpu AND (f_late OR f_wait OR f_gpu OR (z_wait > 0 AND coalesce(z_gpu, 0) >= 0)),
+			 ',cpu', ''), 2), '') AS signals,
        CASE WHEN coalesce(fn, gn) = 2 THEN 'pair' WHEN coalesce(fn, gn) >= 3 THEN 'mad' END
 	       AS method,
        round(100 * iif(nsig > 0, eff_on, eff_any), 1) AS effect_pct,

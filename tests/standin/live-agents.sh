@@ -26,6 +26,8 @@ live_agents() {
 
 	# The stand-in ranks call NCCL microseconds after exec: attach its libraries at start.
 	LIBS="lib:$STANDIN/libnccl.so.2,lib:$STANDIN/libcudart.so.13,lib:$STANDIN/libcuda.so.1"
+	# and fleetq's NCCL profiler plugin, as agentd attaches it where it is installed
+	[ -z "${PLUGIN:-}" ] || LIBS="$LIBS,lib:$PLUGIN"
 	certs ca 127.0.0.1
 	# Four agents load and attach at once (BPF loading takes a while each).
 	for k in 0 1 2 3; do
