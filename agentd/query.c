@@ -22,6 +22,8 @@
 /* A row estimated above this cannot be sent: ROWS frames are capped at WIRE_FRAME_MAX. */
 #define QUERY_ROW_MAX (WIRE_FRAME_MAX - (16u << 10))
 #define QUERY_STACK (1u << 20)
+/* Far above any analysis (a few thousand); bounds code generation for a statement that expands. */
+#define QUERY_VDBE_OPS 250000
 
 struct query {
 	pthread_mutex_t mu;
@@ -62,6 +64,8 @@ struct result {
 	char *msg;
 };
 
+static void set_msg(struct result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* One-word statuses for the log, so lines split on spaces. */
 static const char *status_word(int st)
 {
@@ -83,6 +87,32 @@ static const char *status_word(int st)
 	};
 
 	return st >= 0 && st < (int)(sizeof(w) / sizeof(w[0])) && w[st] ? w[st] : "?";
+}
+
+/*
+ * When a statement failed, why, if its memory budget refused an allocation
+ * (fqsql_mem.c): fills r and returns 1; else 0.
+ */
+static int budget_cause(struct query *q, struct result *r)
+{
+	switch (fqsql_mem_hit()) {
+	case FQSQL_MEM_QUERY:
+		r->status = WIRE_E_MEMORY;
+		set_msg(r, "query exceeded its memory budget (%lld MiB): select or aggregate less, "
+			"or check --query-mem", (long long)(q->pool->query_mem >> 20));
+		return 1;
+	case FQSQL_MEM_TOTAL:
+		r->status = WIRE_E_MEMORY;
+		set_msg(r, "queries running together exceeded agentd's query memory (%lld MiB): "
+			"retry, or check --query-mem-total", (long long)(q->pool->query_mem_total >> 20));
+		return 1;
+	case FQSQL_MEM_DEADLINE:
+		r->status = WIRE_E_TIMEOUT;
+		r->truncated = 1;
+		set_msg(r, "query ran past its %lld ms deadline", (long long)q->timeout_ms);
+		return 1;
+	}
+	return 0;
 }
 
 static int64_t mono_ns(void)
@@ -210,7 +240,6 @@ static void query_unref(struct query *q)
 		query_free(q);
 }
 
-static void set_msg(struct result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_msg(struct result *r, const char *fmt, ...)
 {
 	va_list ap;
@@ -451,7 +480,9 @@ static int stream(struct query *q, sqlite3 *db, sqlite3_stmt *st, struct wire_bu
 		set_msg(r, "agent is shutting down; query stopped after %lld rows",
 			(long long)r->rows);
 	} else if (r->status == WIRE_OK && stepped != SQLITE_DONE && stepped != SQLITE_ROW) {
-		if (stepped == SQLITE_INTERRUPT && fqsql_deadline_passed(db)) {
+		if (budget_cause(q, r)) {
+			;
+		} else if (stepped == SQLITE_INTERRUPT && fqsql_deadline_passed(db)) {
 			r->status = WIRE_E_TIMEOUT;
 			r->truncated = 1;
 			set_msg(r, "query ran past its %lld ms deadline", (long long)q->timeout_ms);
@@ -493,7 +524,7 @@ out:
 /* Opens, prepares, streams; always leaves r ready for END. -ECANCELED: nobody to tell. */
 static int run(struct query *q, struct wire_buf *b, struct result *r)
 {
-	struct fqsql_limits lim = { .max_length = QUERY_VALUE_MAX };
+	struct fqsql_limits lim = { .max_length = QUERY_VALUE_MAX, .max_vdbe_op = QUERY_VDBE_OPS };
 	struct query_db qd;
 	sqlite3_stmt *st = NULL;
 	sqlite3 *db = NULL;
@@ -504,7 +535,9 @@ static int run(struct query *q, struct wire_buf *b, struct result *r)
 	db = qd.db;
 	if (rc) {
 		r->status = WIRE_E_INTERNAL;
-		set_msg(r, "%s", cause ? cause : "cannot open the trace database");
+		if (!budget_cause(q, r))
+			set_msg(r, "%s", cause ? cause : "cannot open the trace database");
+		rc = 0;
 		goto out;
 	}
 	pthread_mutex_lock(&q->mu);
@@ -534,7 +567,8 @@ static int run(struct query *q, struct wire_buf *b, struct result *r)
 		r->status = rc == -EACCES   ? WIRE_E_DENIED
 			    : rc == -ENOMEM ? WIRE_E_MEMORY
 					    : WIRE_E_SQL;
-		set_msg(r, "%s", cause ? cause : strerror(-rc));
+		if (rc == -EACCES || !budget_cause(q, r))
+			set_msg(r, "%s", cause ? cause : strerror(-rc));
 		rc = 0;
 		goto out;
 	}
@@ -579,6 +613,22 @@ out:
 		qdb_close(&qd);
 	}
 	free(cause);
+	return rc;
+}
+
+/*
+ * run() with every SQLite allocation of this thread charged to the query's
+ * memory budget, which also ends allocation at the deadline: preparing a
+ * statement runs no progress callback, so this is what stops a query that
+ * expands to millions of nodes before its first step.
+ */
+static int run_budgeted(struct query *q, struct wire_buf *b, struct result *r)
+{
+	int rc, budget = fqsql_mem_begin(q->pool->query_mem, q->deadline_ns) == 0;
+
+	rc = run(q, b, r);
+	if (budget)
+		fqsql_mem_end();
 	return rc;
 }
 
@@ -754,7 +804,7 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 	char *cause = NULL;
 	int rc, outcome;
 
-	rc = run(q, b, &own);
+	rc = run_budgeted(q, b, &own);
 	if (rc)
 		goto out;
 	rl.rows = own.rows;
@@ -858,7 +908,7 @@ static void *worker(void *arg)
 	int rc;
 
 	wire_buf_init(&b);
-	rc = q->npeers ? relay(q, &b, &r) : run(q, &b, &r);
+	rc = q->npeers ? relay(q, &b, &r) : run_budgeted(q, &b, &r);
 	elapsed = mono_ns() - q->start_ns;
 	if (rc != -ECANCELED) {
 		struct wire_end e = {

@@ -48,6 +48,7 @@ struct query_pool {
 	int max;
 	const char *db_path;
 	int64_t max_rows, max_bytes, timeout_ms; /* agent limits; clients may ask lower */
+	int64_t query_mem, query_mem_total;	 /* bytes; fqsql_mem_install() has the total */
 	struct event *reaped; /* activated (in the loop) each time a worker exits */
 	/* Relay (QUERY with peers): the client side of the tree fan-out uses the
 	 * agent's own certificate against the same CA (all NULL: plaintext,

@@ -876,6 +876,8 @@ struct server *server_new(const struct server_opts *o, char **cause)
 	s->pool.max_rows = o->max_rows;
 	s->pool.max_bytes = o->max_bytes;
 	s->pool.timeout_ms = o->timeout_ms;
+	s->pool.query_mem = o->query_mem;
+	s->pool.query_mem_total = o->query_mem_total;
 	s->pool.relay_ca = o->ca;
 	s->pool.relay_cert = o->cert;
 	s->pool.relay_key = o->key;

@@ -21,6 +21,7 @@ struct server_opts {
 	size_t nallow;
 	const char *node; /* name HELLO reports */
 	int64_t max_rows, max_bytes, timeout_ms;
+	int64_t query_mem, query_mem_total; /* bytes: SQLite memory of one query, of all */
 	int max_queries;
 	int idle_timeout_s;
 	int handshake_timeout_s;
