@@ -57,8 +57,14 @@ static const char usage_text[] =
 	"  --query-mem-total MIB  SQLite memory all running queries may use together\n"
 	"                         (default: 128)\n"
 	"  --idle-timeout SEC     close sessions idle this long (default: 60)\n"
-	"  --handshake-timeout SEC  close sessions whose TLS handshake takes longer (default: 10)\n"
+	"  --handshake-timeout SEC  close sessions whose TLS handshake takes longer (default: 5)\n"
+	"  --max-handshakes N     TLS handshakes at once; past it the oldest is closed\n"
+	"                         (default: 64)\n"
 	"  --max-conns N          sessions open at once; more are refused (default: 256)\n"
+	"  --max-conns-per-source N  connections from one address (IPv6: one /64);\n"
+	"                         more are closed at once (default: 64)\n"
+	"  --frame-mem MIB        memory all sessions' frames over 64 KiB may hold\n"
+	"                         together; past it such a frame is refused (default: 64)\n"
 	"  --user NAME            with --no-trace: switch to this user once listening\n"
 	"  --drain-timeout SEC    on SIGTERM, how long running queries may finish (default: 10)\n"
 	"  --port-file FILE       write the bound port here once listening\n"
@@ -89,6 +95,9 @@ enum {
 	OPT_IDLE,
 	OPT_HANDSHAKE,
 	OPT_MAX_CONNS,
+	OPT_MAX_HANDSHAKES,
+	OPT_MAX_PER_SOURCE,
+	OPT_FRAME_MEM,
 	OPT_USER,
 	OPT_DRAIN,
 	OPT_PORT_FILE,
@@ -119,6 +128,9 @@ static const struct option longopts[] = {
 	{ "idle-timeout", required_argument, NULL, OPT_IDLE },
 	{ "handshake-timeout", required_argument, NULL, OPT_HANDSHAKE },
 	{ "max-conns", required_argument, NULL, OPT_MAX_CONNS },
+	{ "max-handshakes", required_argument, NULL, OPT_MAX_HANDSHAKES },
+	{ "max-conns-per-source", required_argument, NULL, OPT_MAX_PER_SOURCE },
+	{ "frame-mem", required_argument, NULL, OPT_FRAME_MEM },
 	{ "user", required_argument, NULL, OPT_USER },
 	{ "drain-timeout", required_argument, NULL, OPT_DRAIN },
 	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
@@ -284,8 +296,11 @@ int main(int argc, char **argv)
 		.query_mem = 64ll << 20,
 		.query_mem_total = 128ll << 20,
 		.idle_timeout_s = 60,
-		.handshake_timeout_s = 10,
+		.handshake_timeout_s = 5,
 		.max_conns = 256,
+		.max_handshakes = 64,
+		.max_per_source = 64,
+		.frame_mem = 64ll << 20,
 		.drain_timeout_s = 10,
 		.allow = allow,
 	};
@@ -399,6 +414,21 @@ int main(int argc, char **argv)
 			if (num("max-conns", optarg, 1, 65536, &v))
 				return 2;
 			so.max_conns = (int)v;
+			break;
+		case OPT_MAX_HANDSHAKES:
+			if (num("max-handshakes", optarg, 1, 65536, &v))
+				return 2;
+			so.max_handshakes = (int)v;
+			break;
+		case OPT_MAX_PER_SOURCE:
+			if (num("max-conns-per-source", optarg, 1, 65536, &v))
+				return 2;
+			so.max_per_source = (int)v;
+			break;
+		case OPT_FRAME_MEM:
+			if (num("frame-mem", optarg, 17, 1 << 20, &v))
+				return 2;
+			so.frame_mem = v << 20;
 			break;
 		case OPT_USER:
 			user = optarg;

@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -42,6 +43,13 @@
  * past that, new connections are closed at once, which costs us nothing.
  */
 #define REFUSE_SLACK 64
+/*
+ * A session reads at most this much ahead of the frame it is on; a frame
+ * larger than this (a QUERY with big parameters) first takes its size from
+ * --frame-mem, shared by all sessions, and gives it back once read, so that
+ * sessions that each send most of a 16 MiB frame cannot pile up gigabytes.
+ */
+#define FRAME_SMALL (64u << 10)
 
 /*
  * A session moves HANDSHAKE -> READY -> CLOSING -> LINGER -> freed, or is
@@ -70,6 +78,8 @@ struct conn {
 	const char *tls;	    /* "full" or "resumed" handshake, "none" in plaintext */
 	int accepted;		    /* tls_peer_check() passed: its session may be resumed */
 	int over_cap;		    /* accepted past --max-conns: refuse with BUSY */
+	unsigned char src[8];	    /* the source address (IPv6: its /64), for --max-conns-per-source */
+	size_t frame_held;	    /* bytes of --frame-mem this session holds for a large frame */
 };
 
 struct server {
@@ -84,6 +94,10 @@ struct server {
 	int draining;		  /* 1: waiting for queries, 2: stopping them */
 	TAILQ_HEAD(, conn) conns;
 	int nconns;		   /* sessions in conns */
+	int npending;		   /* of which in CONN_HANDSHAKE */
+	int64_t frame_held;	   /* --frame-mem held by all sessions */
+	int64_t shed_log_ns;	   /* last line about closed handshakes or sources */
+	unsigned long shed_hs, shed_src;
 	int64_t cap_log_ns;	   /* last "closed at once" line: at most one a second */
 	unsigned long cap_closed; /* connections closed at once since that line */
 	struct wire_buf scratch; /* loop-thread frames: HELLO, PONG, ERROR, END */
@@ -303,6 +317,21 @@ static void check_drained(struct server *s)
 		event_base_loopbreak(s->base);
 }
 
+/* Gives back what c holds of --frame-mem and reads small frames again. */
+static void frame_release(struct conn *c)
+{
+	struct server *s = c->srv;
+
+	if (!c->frame_held)
+		return;
+	s->frame_held -= (int64_t)c->frame_held;
+	c->frame_held = 0;
+	bufferevent_setwatermark(c->bev, EV_READ, 0, FRAME_SMALL);
+	/* The frame's buffers are free now; hand their pages back rather than keep them. */
+	if (!s->frame_held)
+		malloc_trim(0);
+}
+
 static void conn_free(struct conn *c)
 {
 	struct server *s = c->srv;
@@ -314,6 +343,9 @@ static void conn_free(struct conn *c)
 	}
 	event_del(&c->timer);
 	event_del(&c->wake);
+	if (c->state == CONN_HANDSHAKE)
+		s->npending--;
+	frame_release(c);
 	/*
 	 * SSL_free() drops the session of a connection that did not send
 	 * close_notify from the cache, so that it cannot be resumed; a client
@@ -477,8 +509,26 @@ static void process_input(struct conn *c)
 		}
 		need = WIRE_HDR_LEN +
 		       ((size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3]);
+		if (need > FRAME_SMALL && need > c->frame_held) {
+			struct server *s = c->srv;
+			int64_t more = (int64_t)(need - c->frame_held);
+
+			if (s->frame_held + more > s->o->frame_mem) {
+				log_line("client %s (%s): frame of %zu bytes refused: %lld of "
+					 "--frame-mem %lld bytes held by other sessions' frames",
+					 c->addr, c->id[0] ? c->id : "-", need,
+					 (long long)s->frame_held, (long long)s->o->frame_mem);
+				send_error(c, WIRE_E_BUSY, "agent busy: its memory for large frames "
+					   "is taken by other sessions (--frame-mem %lld MiB); retry "
+					   "later", (long long)(s->o->frame_mem >> 20));
+				return;
+			}
+			s->frame_held += more;
+			c->frame_held = need;
+			bufferevent_setwatermark(c->bev, EV_READ, 0, need);
+		}
 		if (avail < need) {
-			/* Wait for the rest, but a waiting QUERY must not pile up input forever. */
+			/* Wait for the rest; the read watermark keeps anything after it out. */
 			break;
 		}
 		p = evbuffer_pullup(in, (ev_ssize_t)need);
@@ -540,8 +590,10 @@ static void process_input(struct conn *c)
 			break;
 		}
 		wire_msg_release(&msg);
-		if (c->state == CONN_READY)
+		if (c->state == CONN_READY) {
 			evbuffer_drain(in, flen);
+			frame_release(c);
+		}
 	}
 }
 
@@ -579,6 +631,8 @@ static void on_handshake(struct conn *c)
 	}
 	c->tls = SSL_session_reused(c->ssl) ? "resumed" : "full";
 	c->accepted = 1;
+	/* Counted now, not at accept: handshakes in flight must not fill the sessions. */
+	c->over_cap = s->nconns - s->npending > s->o->max_conns;
 	if (c->over_cap) {
 		refuse_busy(c);
 		return;
@@ -587,6 +641,15 @@ static void on_handshake(struct conn *c)
 	send_hello(c);
 	arm_timer(c, s->o->idle_timeout_s);
 	process_input(c);
+}
+
+/* Leaves CONN_HANDSHAKE (whatever comes next). */
+static void handshake_done(struct conn *c)
+{
+	if (c->state == CONN_HANDSHAKE) {
+		c->srv->npending--;
+		c->state = CONN_READY;
+	}
 }
 
 static void read_cb(struct bufferevent *bev, void *arg)
@@ -635,8 +698,10 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 	char why[256];
 
 	if (what & BEV_EVENT_CONNECTED) {
-		if (c->state == CONN_HANDSHAKE)
+		if (c->state == CONN_HANDSHAKE) {
+			handshake_done(c);
 			on_handshake(c);
+		}
 		return;
 	}
 	if (c->state == CONN_HANDSHAKE) {
@@ -652,17 +717,97 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 	conn_free(c);
 }
 
+/* What --max-conns-per-source counts as one source: an IPv4 address, an IPv6 /64. */
+static void source_key(const struct sockaddr *sa, unsigned char key[8])
+{
+	memset(key, 0, 8);
+	if (sa->sa_family == AF_INET) {
+		memcpy(key, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+		if (IN6_IS_ADDR_V4MAPPED(a))
+			memcpy(key, a->s6_addr + 12, 4);
+		else
+			memcpy(key, a->s6_addr, 8);
+	}
+}
+
+static void shed_log(struct server *s)
+{
+	int64_t now = clock_ns(CLOCK_MONOTONIC);
+
+	if (now - s->shed_log_ns < 1000000000)
+		return;
+	if (s->shed_src)
+		log_line("closed %lu connections at once: over --max-conns-per-source %d",
+			 s->shed_src, s->o->max_per_source);
+	if (s->shed_hs)
+		log_line("closed %lu unfinished tls handshakes to make room: over "
+			 "--max-handshakes %d",
+			 s->shed_hs, s->o->max_handshakes);
+	s->shed_log_ns = now;
+	s->shed_src = s->shed_hs = 0;
+}
+
+/*
+ * Before a new connection is accepted: 1 when its source has
+ * --max-conns-per-source open already (close it); else, when every handshake
+ * slot is taken, makes one by closing the oldest unfinished handshake of the
+ * source that holds the most, so that connections which never finish theirs
+ * cannot lock real clients out: a client's own handshake is evicted only by
+ * sources that hold no more than it does.
+ */
+static int shed(struct server *s, const unsigned char src[8])
+{
+	struct conn *c, *d, *victim = NULL;
+	int same = 0, most = 0;
+
+	TAILQ_FOREACH(c, &s->conns, entry)
+		same += !memcmp(c->src, src, sizeof(c->src));
+	if (same >= s->o->max_per_source) {
+		s->shed_src++;
+		shed_log(s);
+		return 1;
+	}
+	if (!s->ctx || s->npending < s->o->max_handshakes)
+		return 0;
+	/* At most --max-handshakes pending: quadratic in that, not in sessions. */
+	TAILQ_FOREACH(c, &s->conns, entry) {
+		int n = 0;
+
+		if (c->state != CONN_HANDSHAKE)
+			continue;
+		for (d = c; d; d = TAILQ_NEXT(d, entry))
+			n += d->state == CONN_HANDSHAKE && !memcmp(d->src, c->src, sizeof(c->src));
+		if (n > most) {
+			most = n;
+			victim = c;
+		}
+	}
+	if (victim) {
+		s->shed_hs++;
+		shed_log(s);
+		conn_free(victim);
+	}
+	return 0;
+}
+
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
 		      void *arg)
 {
 	struct server *s = arg;
 	struct conn *c = NULL;
 	SSL *ssl = NULL;
+	unsigned char src[8];
 	int one = 1;
 
 	if (s->draining)
 		goto fail;
-	if (s->nconns >= s->o->max_conns + REFUSE_SLACK) {
+	source_key(sa, src);
+	if (shed(s, src))
+		goto fail;
+	if (s->nconns - s->npending >= s->o->max_conns + REFUSE_SLACK) {
 		int64_t now = clock_ns(CLOCK_MONOTONIC);
 
 		s->cap_closed++;
@@ -680,7 +825,8 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		goto fail;
 	c->srv = s;
 	c->tls = s->ctx ? "full" : "none";
-	c->over_cap = s->nconns >= s->o->max_conns;
+	c->over_cap = s->nconns - s->npending >= s->o->max_conns;
+	memcpy(c->src, src, sizeof(c->src));
 	format_addr(sa, c->addr, sizeof(c->addr));
 	/* Small frames (HELLO, PONG) carry clock samples: send them at once. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -705,10 +851,13 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	}
 	bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
 	bufferevent_setwatermark(c->bev, EV_WRITE, QUERY_LOW_WATER, 0);
+	bufferevent_setwatermark(c->bev, EV_READ, 0, FRAME_SMALL);
 	evtimer_assign(&c->timer, s->base, timer_cb, c);
 	event_assign(&c->wake, s->base, -1, 0, wake_cb, c);
 	TAILQ_INSERT_TAIL(&s->conns, c, entry);
 	s->nconns++;
+	if (c->state == CONN_HANDSHAKE)
+		s->npending++;
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	if (c->state == CONN_HANDSHAKE) {
 		arm_timer(c, s->o->handshake_timeout_s);

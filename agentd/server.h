@@ -26,6 +26,9 @@ struct server_opts {
 	int idle_timeout_s;
 	int handshake_timeout_s;
 	int max_conns;	       /* sessions at once; past it new ones get ERROR BUSY */
+	int max_handshakes;    /* TLS handshakes at once; past it the oldest is closed */
+	int max_per_source;    /* connections from one address (IPv6: one /64) */
+	int64_t frame_mem;     /* bytes all sessions' frames over 64 KiB may hold together */
 	int drain_timeout_s;   /* SIGTERM: how long running queries may finish */
 	const char *port_file; /* written with the bound port once listening */
 	struct tracer *tracer; /* NULL: no tracer (drops/lag reported as 0) */

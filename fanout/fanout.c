@@ -1093,6 +1093,9 @@ static void tls_error(struct node *n, char *buf, size_t len)
 	if (vr != X509_V_OK)
 		snprintf(buf, len, "agent certificate not accepted: %s",
 			 X509_verify_cert_error_string(vr));
+	else if (e == SSL_ERROR_SYSCALL) /* libevent's word for a TCP close in the handshake */
+		snprintf(buf, len, "agent closed the connection in the TLS handshake (busy, or "
+			 "limiting this address: see its log)");
 	else if (e && ERR_reason_error_string(e))
 		snprintf(buf, len, "%s", ERR_reason_error_string(e));
 	else if (e)
