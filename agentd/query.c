@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <event2/buffer.h>
@@ -176,17 +177,28 @@ void query_pool_release(struct query_pool *p)
 static int db_take(struct query_pool *p, const struct fqsql_limits *lim, struct query_db *d,
 		   char **cause)
 {
+	struct stat sb;
+	int rc, known = stat(p->db_path, &sb) == 0;
+
 	memset(d, 0, sizeof(*d));
 	pthread_mutex_lock(&p->mu);
 	if (p->nidle)
 		*d = p->idle[--p->nidle];
 	pthread_mutex_unlock(&p->mu);
+	/* One stat per query: an idle connection on a file no longer at db_path is let go. */
+	if (d->db && known && (d->dev != sb.st_dev || d->ino != sb.st_ino))
+		qdb_close(d);
 	if (d->db) {
 		if (!fqsql_rearm(d->db, lim))
 			return 0;
 		qdb_close(d);
 	}
-	return fqsql_open_readonly(p->db_path, lim, &d->db, cause);
+	rc = fqsql_open_readonly(p->db_path, lim, &d->db, cause);
+	if (!rc && known) {
+		d->dev = sb.st_dev;
+		d->ino = sb.st_ino;
+	}
+	return rc;
 }
 
 /* Keeps d for the next query when there is room; else closes it. */

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../wire/wire.h"
 
@@ -38,6 +39,10 @@ struct query_db {
 	struct sqlite3 *db;
 	struct sqlite3_stmt *st; /* NULL, or prepared from sql and reset */
 	char *sql;
+	/* The file db_path named when db was opened: a file renamed away and
+	 * recreated (log rotation) is noticed by its new inode, and reopened. */
+	dev_t dev;
+	ino_t ino;
 };
 
 /* Bounds the number of workers; shared by all connections of a server. */

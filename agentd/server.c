@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -103,6 +104,8 @@ struct server {
 	struct wire_buf scratch; /* loop-thread frames: HELLO, PONG, ERROR, END */
 	sqlite3 *meta;		 /* HELLO's view of the meta table */
 	sqlite3_stmt *meta_st;	 /* its query, kept prepared */
+	dev_t meta_dev;		 /* the file meta was opened on */
+	ino_t meta_ino;
 	int64_t schema_version;
 	char clock_source[128];
 };
@@ -209,8 +212,21 @@ static void refresh_meta(struct server *s)
 	static const char sql[] =
 		"SELECT key, value FROM meta WHERE key IN ('schema_version', 'clock_source')";
 	sqlite3_stmt *st;
+	struct stat sb;
 
+	/* The trace file renamed away and recreated (log rotation): read the new one. */
+	if (s->meta && !stat(s->o->db_path, &sb) &&
+	    (sb.st_dev != s->meta_dev || sb.st_ino != s->meta_ino)) {
+		sqlite3_finalize(s->meta_st);
+		s->meta_st = NULL;
+		sqlite3_close(s->meta);
+		s->meta = NULL;
+	}
 	if (!s->meta) {
+		if (!stat(s->o->db_path, &sb)) {
+			s->meta_dev = sb.st_dev;
+			s->meta_ino = sb.st_ino;
+		}
 		if (sqlite3_open_v2(s->o->db_path, &s->meta,
 				    SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
 				    NULL) != SQLITE_OK) {
