@@ -65,6 +65,10 @@ static const char usage_text[] =
 	"                         more are closed at once (default: 64)\n"
 	"  --frame-mem MIB        memory all sessions' frames over 64 KiB may hold\n"
 	"                         together; past it such a frame is refused (default: 64)\n"
+	"  --relay-max-dial N     peers a relay dials itself for one query; more go\n"
+	"                         through sub-relays (default: 64)\n"
+	"  --relay-peer PATTERN   a relay dials only hosts matching (fnmatch; repeatable;\n"
+	"                         default: any)\n"
 	"  --user NAME            with --no-trace: switch to this user once listening\n"
 	"  --drain-timeout SEC    on SIGTERM, how long running queries may finish (default: 10)\n"
 	"  --port-file FILE       write the bound port here once listening\n"
@@ -99,6 +103,8 @@ enum {
 	OPT_MAX_PER_SOURCE,
 	OPT_FRAME_MEM,
 	OPT_USER,
+	OPT_RELAY_MAX_DIAL,
+	OPT_RELAY_PEER,
 	OPT_DRAIN,
 	OPT_PORT_FILE,
 	OPT_LOG,
@@ -132,6 +138,8 @@ static const struct option longopts[] = {
 	{ "max-conns-per-source", required_argument, NULL, OPT_MAX_PER_SOURCE },
 	{ "frame-mem", required_argument, NULL, OPT_FRAME_MEM },
 	{ "user", required_argument, NULL, OPT_USER },
+	{ "relay-max-dial", required_argument, NULL, OPT_RELAY_MAX_DIAL },
+	{ "relay-peer", required_argument, NULL, OPT_RELAY_PEER },
 	{ "drain-timeout", required_argument, NULL, OPT_DRAIN },
 	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
 	{ "log", required_argument, NULL, OPT_LOG },
@@ -287,7 +295,7 @@ fail:
 
 int main(int argc, char **argv)
 {
-	static const char *allow[MAX_ALLOW];
+	static const char *allow[MAX_ALLOW], *relay_allow[MAX_ALLOW];
 	struct server_opts so = {
 		.max_rows = 1000000,
 		.max_bytes = 256ll << 20,
@@ -301,6 +309,8 @@ int main(int argc, char **argv)
 		.max_handshakes = 64,
 		.max_per_source = 64,
 		.frame_mem = 64ll << 20,
+		.relay_max_dial = 64,
+		.relay_allow = relay_allow,
 		.drain_timeout_s = 10,
 		.allow = allow,
 	};
@@ -432,6 +442,19 @@ int main(int argc, char **argv)
 			break;
 		case OPT_USER:
 			user = optarg;
+			break;
+		case OPT_RELAY_MAX_DIAL:
+			if (num("relay-max-dial", optarg, 1, 65536, &v))
+				return 2;
+			so.relay_max_dial = (int)v;
+			break;
+		case OPT_RELAY_PEER:
+			if (so.nrelay_allow == MAX_ALLOW) {
+				fprintf(stderr, "agentd: at most %d --relay-peer patterns\n",
+					MAX_ALLOW);
+				return 2;
+			}
+			relay_allow[so.nrelay_allow++] = optarg;
 			break;
 		case OPT_DRAIN:
 			if (num("drain-timeout", optarg, 0, 3600, &v))

@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -54,6 +60,7 @@ struct query {
 	char **peers;
 	int64_t tree_width, clock_param, pings, connect_ms;
 	char *label;	/* NULL: not relaying */
+	char *on_behalf; /* QUERY "for": the client a relay asks for; NULL when none */
 	char **cols;	/* relay: the columns sent up (without "node"), NULL until sent */
 	size_t ncols;
 };
@@ -238,6 +245,7 @@ static void query_free(struct query *q)
 		free(q->cols[i]);
 	free(q->cols);
 	free(q->label);
+	free(q->on_behalf);
 	free(q);
 }
 
@@ -798,6 +806,146 @@ static int relay_done(void *ctx, size_t i, int outcome, int64_t rows, const char
 	return rc;
 }
 
+/* "host:port", "[v6]:port" or "host" as "host:port", host lowercased, port as a number. */
+static int peer_key(const char *peer, int dflt, char *host, size_t hn, int *port)
+{
+	const char *colon = strrchr(peer, ':'), *h = peer;
+	size_t len = strlen(peer);
+	char *end;
+	long v;
+
+	*port = dflt;
+	if (peer[0] == '[') {
+		const char *close = strchr(peer, ']');
+
+		if (!close)
+			return -EINVAL;
+		h = peer + 1;
+		len = (size_t)(close - h);
+		colon = close[1] == ':' ? close + 1 : NULL;
+	} else if (colon && strchr(peer, ':') != colon) {
+		colon = NULL; /* a bare IPv6 address */
+	} else if (colon) {
+		len = (size_t)(colon - peer);
+	}
+	if (colon) {
+		errno = 0;
+		v = strtol(colon + 1, &end, 10);
+		if (errno || end == colon + 1 || *end || v < 1 || v > 65535)
+			return -EINVAL;
+		*port = (int)v;
+	}
+	if (!len || len >= hn)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++)
+		host[i] = (char)tolower((unsigned char)h[i]);
+	host[len] = '\0';
+	return 0;
+}
+
+/* 1 when host is an address of this machine (bind() takes it), or one of its names. */
+static int host_is_self(const struct query *q, const char *host)
+{
+	struct sockaddr_storage ss = { 0 };
+	char me[256];
+	socklen_t len = 0;
+	int fd, ok;
+
+	if (!strcmp(host, "localhost") || (q->label && !strcasecmp(host, q->label)) ||
+	    (q->pool->relay_node && !strcasecmp(host, q->pool->relay_node)))
+		return 1;
+	if (!gethostname(me, sizeof(me)) && (me[sizeof(me) - 1] = 0, !strcasecmp(host, me)))
+		return 1;
+	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)&ss)->sin_addr) == 1) {
+		ss.ss_family = AF_INET;
+		len = sizeof(struct sockaddr_in);
+	} else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1) {
+		ss.ss_family = AF_INET6;
+		len = sizeof(struct sockaddr_in6);
+	} else {
+		return 0;
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	ok = bind(fd, (struct sockaddr *)&ss, len) == 0;
+	close(fd);
+	return ok;
+}
+
+struct peer_ref {
+	char key[280];
+	size_t i;
+};
+
+static int peer_ref_cmp(const void *a, const void *b)
+{
+	const struct peer_ref *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+
+	return c ? c : x->i < y->i ? -1 : x->i > y->i;
+}
+
+/*
+ * Takes out of q->peers what this relay will not dial, each with its own END
+ * (E_PEER, why): a peer it cannot parse, itself under any spelling it can tell
+ * (":09401" for its port 9401, its node or host name, a local address), a
+ * peer named twice, one outside --relay-peer. A relay that dialled itself
+ * held a query slot per hop until every slot was taken.
+ */
+static int relay_screen(struct relay *rl)
+{
+	struct query *q = rl->q;
+	struct query_pool *p = q->pool;
+	struct peer_ref *refs = calloc(q->npeers ? q->npeers : 1, sizeof(*refs));
+	const char **why = calloc(q->npeers ? q->npeers : 1, sizeof(*why));
+	size_t i, kept = 0;
+	int rc = 0;
+
+	if (!refs || !why) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < q->npeers; i++) {
+		char host[256];
+		int port, ok = !p->nrelay_allow;
+
+		refs[i].i = i;
+		if (peer_key(q->peers[i], p->relay_port, host, sizeof(host), &port)) {
+			why[i] = "relay cannot parse this peer (want HOST[:PORT]): not dialled";
+			continue;
+		}
+		snprintf(refs[i].key, sizeof(refs[i].key), "%s:%d", host, port);
+		if (port == p->self_port && host_is_self(q, host)) {
+			why[i] = "this is the relay itself: not dialled again";
+			continue;
+		}
+		for (size_t k = 0; k < p->nrelay_allow && !ok; k++)
+			ok = !fnmatch(p->relay_allow[k], host, FNM_CASEFOLD);
+		if (!ok)
+			why[i] = "outside the relay's --relay-peer list: not dialled";
+	}
+	qsort(refs, q->npeers, sizeof(*refs), peer_ref_cmp);
+	for (i = 1; i < q->npeers; i++)
+		if (refs[i].key[0] && !strcmp(refs[i].key, refs[i - 1].key) && !why[refs[i].i])
+			why[refs[i].i] = "named twice in one query: dialled once";
+	for (i = 0; i < q->npeers && !rc; i++) {
+		if (!why[i]) {
+			q->peers[kept++] = q->peers[i];
+			continue;
+		}
+		rc = relay_end(rl, q->peers[i], FQ_AGENT, 0, why[i], NULL);
+		free(q->peers[i]);
+	}
+	for (; i < q->npeers; i++)
+		q->peers[kept++] = q->peers[i];
+	q->npeers = kept;
+out:
+	free(refs);
+	free(why);
+	return rc;
+}
+
 /*
  * Runs the query here (rows labelled with our name), then on the peers
  * through the fan-out client, streaming their rows and ENDs up as they come.
@@ -812,6 +960,7 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 		.ctx = &rl, .columns = relay_columns, .row = relay_row, .done = relay_done };
 	struct fanout_params fp = { 0 };
 	struct fanout *fo = NULL;
+	size_t total = 0;
 	int64_t left_ms, margin;
 	char *cause = NULL;
 	int rc, outcome;
@@ -819,6 +968,7 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 	rc = run_budgeted(q, b, &own);
 	if (rc)
 		goto out;
+	total = q->npeers;
 	rl.rows = own.rows;
 	outcome = own.status == WIRE_OK ? FQ_OK : own.truncated ? FQ_TRUNCATED : FQ_SQL;
 	/* Our own END reads as fleetq would have written it for us. */
@@ -830,7 +980,11 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 		free(why);
 	}
 	rc = relay_end(&rl, q->label, outcome, own.rows, own.msg, NULL);
+	if (!rc)
+		rc = relay_screen(&rl);
 	if (rc)
+		goto out;
+	if (!q->npeers)
 		goto out;
 
 	/* Each hop keeps a margin so its ENDs get up before the caller gives up. */
@@ -855,6 +1009,12 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 	fp.params = q->params;
 	fp.nparams = q->nparams;
 	fp.tree_width = (int)q->tree_width;
+	/* Past relay_max_dial peers, sub-relays take the rest: this agent dials no more. */
+	if (p->relay_max_dial > 0 && q->npeers > (size_t)p->relay_max_dial &&
+	    (fp.tree_width <= 0 || fp.tree_width > p->relay_max_dial))
+		fp.tree_width = p->relay_max_dial;
+	/* The leaves check the client we serve, not us (PROTOCOL.md "Relay"). */
+	fp.on_behalf = q->on_behalf ? q->on_behalf : strcmp(q->peer, "-") ? q->peer : NULL;
 	fp.clock_param = (size_t)q->clock_param;
 	/* Sample the leaves' clocks as the requester samples its own nodes (it says how
 	 * many PINGs in the QUERY; a requester that does not say: 4 when the query has
@@ -896,7 +1056,7 @@ out:
 		} else if (rl.failed) {
 			r->status = WIRE_E_PEER;
 			set_msg(r, "%zu of %zu nodes did not answer fully", rl.failed,
-				q->npeers + 1);
+				(total > q->npeers ? total : q->npeers) + 1);
 		}
 		rc = 0;
 	}
@@ -915,7 +1075,7 @@ static void *worker(void *arg)
 	struct query_pool *p = q->pool;
 	struct result r = { .status = WIRE_OK };
 	struct wire_buf b;
-	char sql[512], msg[256];
+	char sql[512], msg[256], who[256];
 	int64_t elapsed;
 	int rc;
 
@@ -943,9 +1103,11 @@ static void *worker(void *arg)
 	} else {
 		release_slot(p);
 	}
-	log_line("query peer=%s addr=%s tls=%s id=%llu rows=%lld bytes=%lld ms=%lld "
+	log_line("query peer=%s%s%s addr=%s tls=%s id=%llu rows=%lld bytes=%lld ms=%lld "
 		 "status=%s%s%s%s sql=\"%s\"",
-		 q->peer, q->addr, q->tls, (unsigned long long)q->id, (long long)r.rows,
+		 q->peer, q->on_behalf ? " for=" : "",
+		 q->on_behalf ? log_escape(who, sizeof(who), q->on_behalf, 200) : "", q->addr,
+		 q->tls, (unsigned long long)q->id, (long long)r.rows,
 		 (long long)r.bytes, (long long)(elapsed / 1000000),
 		 rc == -ECANCELED ? "cancelled" : status_word(r.status), r.msg ? " error=\"" : "",
 		 r.msg ? log_escape(msg, sizeof(msg), r.msg, 200) : "", r.msg ? "\"" : "",
@@ -970,6 +1132,8 @@ static int copy_request(struct query *q, const struct wire_query *m)
 
 	q->sql = strdup(m->sql ? m->sql : "");
 	if (!q->sql)
+		return -ENOMEM;
+	if (m->on_behalf && !(q->on_behalf = strdup(m->on_behalf)))
 		return -ENOMEM;
 	if (m->npeers) {
 		q->peers = calloc(m->npeers, sizeof(*q->peers));

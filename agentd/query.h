@@ -60,6 +60,15 @@ struct query_pool {
 	 * loopback only); peers without a port get relay_port. */
 	const char *relay_ca, *relay_cert, *relay_key;
 	int relay_port;
+	/* A relay dials at most relay_max_dial peers itself per query (more go
+	 * through sub-relays), never itself (relay_node, the host name, a local
+	 * address on relay_port) nor a peer twice, and with patterns only hosts
+	 * matching one of them (--relay-peer). */
+	const char *relay_node;
+	int self_port; /* the port this agent listens on */
+	int relay_max_dial;
+	const char *const *relay_allow;
+	size_t nrelay_allow;
 	/* Idle read-only connections, under mu; query_pool_release() closes them. */
 	struct query_db idle[QUERY_IDLE_DBS];
 	int nidle;

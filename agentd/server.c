@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -471,12 +472,37 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* --allow-client for a client that reaches us through a relay (QUERY "for"). */
+static int for_allowed(const struct server *s, const char *who)
+{
+	for (size_t i = 0; i < s->o->nallow; i++)
+		if (!fnmatch(s->o->allow[i], who, 0))
+			return 1;
+	return !s->o->nallow;
+}
+
 static void start_query(struct conn *c, const struct wire_query *m)
 {
 	struct server *s = c->srv;
-	char msg[128];
+	char msg[640], esc[256];
 	int running;
 
+	/*
+	 * A relay says whom it asks for: that client must pass --allow-client as
+	 * if it had come to us directly (its certificate name; the relay's own
+	 * certificate passed at the handshake). A direct client naming someone
+	 * else only narrows what it may do.
+	 */
+	if (m->on_behalf && !for_allowed(s, m->on_behalf)) {
+		log_escape(esc, sizeof(esc), m->on_behalf, 200);
+		log_line("query peer=%s for=%s addr=%s tls=%s id=%llu rows=0 bytes=0 ms=0 "
+			 "status=auth error=\"client not allowed here (--allow-client)\"",
+			 c->id[0] ? c->id : "-", esc, c->addr, c->tls, (unsigned long long)m->id);
+		snprintf(msg, sizeof(msg), "client '%s', through relay '%s', is not allowed by "
+			 "this agent's --allow-client", esc, c->id[0] ? c->id : "-");
+		send_end(c, m->id, WIRE_E_AUTH, msg);
+		return;
+	}
 	if (s->draining) {
 		log_line("query peer=%s addr=%s tls=%s id=%llu rows=0 bytes=0 ms=0 status=shutdown",
 			 c->id[0] ? c->id : "-", c->addr, c->tls, (unsigned long long)m->id);
@@ -1046,6 +1072,10 @@ struct server *server_new(const struct server_opts *o, char **cause)
 	s->pool.relay_ca = o->ca;
 	s->pool.relay_cert = o->cert;
 	s->pool.relay_key = o->key;
+	s->pool.relay_node = o->node;
+	s->pool.relay_max_dial = o->relay_max_dial;
+	s->pool.relay_allow = o->relay_allow;
+	s->pool.nrelay_allow = o->nrelay_allow;
 
 	if (o->cert) {
 		s->ctx = tls_ctx_new(o->ca, o->cert, o->key, cause);
@@ -1097,6 +1127,7 @@ struct server *server_new(const struct server_opts *o, char **cause)
 	getsockname(evconnlistener_get_fd(s->listener), (struct sockaddr *)&ss, &sl);
 	port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 					      : ((struct sockaddr_in *)&ss)->sin_port);
+	s->pool.self_port = port;
 	if (o->port_file) {
 		err = -write_port_file(o->port_file, port, cause);
 		if (err)

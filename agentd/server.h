@@ -31,6 +31,9 @@ struct server_opts {
 	int64_t frame_mem;     /* bytes all sessions' frames over 64 KiB may hold together */
 	int drain_timeout_s;   /* SIGTERM: how long running queries may finish */
 	const char *port_file; /* written with the bound port once listening */
+	int relay_max_dial;    /* peers a relay dials itself per query */
+	const char *const *relay_allow; /* fnmatch patterns for hosts a relay may dial */
+	size_t nrelay_allow;
 	struct tracer *tracer; /* NULL: no tracer (drops/lag reported as 0) */
 };
 

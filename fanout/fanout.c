@@ -678,6 +678,7 @@ static void send_query(struct node *n)
 		/* ... and gives them the time to HELLO we give ours. */
 		q.connect_ms = p->connect_timeout_ms > 0 ? p->connect_timeout_ms : 0;
 	}
+	q.on_behalf = p->on_behalf;
 
 	/* A window start on our clock, moved onto this node's. */
 	if (p->clock_param && p->clock_param <= p->nparams &&

@@ -62,6 +62,8 @@ struct fanout_params {
 	/* When not NULL, polled every 100 ms: nonzero stops the fan-out
 	 * (fanout_run() fails with -ECANCELED). A relay whose client left. */
 	const int *cancel;
+	/* A relay: the client it forwards for, sent as QUERY "for" (NULL: none). */
+	const char *on_behalf;
 };
 
 /*
