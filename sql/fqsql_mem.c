@@ -28,6 +28,9 @@
 #include "fqsql.h"
 
 #define HDR 16 /* keeps malloc's 16-byte alignment */
+/* What a block costs beyond its size: our header and malloc's, charged too
+ * (a statement that expands into millions of small nodes pays for them). */
+#define OVERHEAD (HDR + 8)
 #define CLOCK_EVERY 64 /* small allocations between deadline checks */
 #define BIG 4096       /* an allocation at least this large always checks the deadline */
 
@@ -121,12 +124,12 @@ static void *mem_malloc(int n)
 
 	if (n <= 0)
 		return NULL;
-	if (b && charge(b, n))
+	if (b && charge(b, (int64_t)n + OVERHEAD))
 		return NULL;
 	h = malloc(HDR + (size_t)n);
 	if (!h) {
 		if (b)
-			uncharge(b, n);
+			uncharge(b, (int64_t)n + OVERHEAD);
 		return NULL;
 	}
 	h->size = (int64_t)malloc_usable_size(h) - HDR;
@@ -146,7 +149,7 @@ static void mem_free(void *p)
 		return;
 	h = (struct hdr *)((char *)p - HDR);
 	if (h->b) {
-		uncharge(h->b, h->size);
+		uncharge(h->b, h->size + OVERHEAD);
 		budget_put(h->b);
 	}
 	free(h);
