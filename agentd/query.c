@@ -112,7 +112,8 @@ static int budget_cause(struct query *q, struct result *r)
 	case FQSQL_MEM_TOTAL:
 		r->status = WIRE_E_MEMORY;
 		set_msg(r, "queries running together exceeded agentd's query memory (%lld MiB): "
-			"retry, or check --query-mem-total", (long long)(q->pool->query_mem_total >> 20));
+			"retry, or check --query-mem-total",
+			(long long)(q->pool->query_mem_total >> 20));
 		return 1;
 	case FQSQL_MEM_DEADLINE:
 		r->status = WIRE_E_TIMEOUT;

@@ -80,8 +80,8 @@ struct conn {
 	const char *tls;	    /* "full" or "resumed" handshake, "none" in plaintext */
 	int accepted;		    /* tls_peer_check() passed: its session may be resumed */
 	int over_cap;		    /* accepted past --max-conns: refuse with BUSY */
-	unsigned char src[8];	    /* the source address (IPv6: its /64), for --max-conns-per-source */
-	size_t frame_held;	    /* bytes of --frame-mem this session holds for a large frame */
+	unsigned char src[8];	    /* address (IPv6: its /64) for --max-conns-per-source */
+	size_t frame_held;	    /* bytes of --frame-mem held for a large frame */
 };
 
 struct server {
@@ -560,9 +560,10 @@ static void process_input(struct conn *c)
 					 "--frame-mem %lld bytes held by other sessions' frames",
 					 c->addr, c->id[0] ? c->id : "-", need,
 					 (long long)s->frame_held, (long long)s->o->frame_mem);
-				send_error(c, WIRE_E_BUSY, "agent busy: its memory for large frames "
-					   "is taken by other sessions (--frame-mem %lld MiB); retry "
-					   "later", (long long)(s->o->frame_mem >> 20));
+				send_error(c, WIRE_E_BUSY,
+					   "agent busy: its memory for large frames is taken by "
+					   "other sessions (--frame-mem %lld MiB); retry later",
+					   (long long)(s->o->frame_mem >> 20));
 				return;
 			}
 			s->frame_held += more;
