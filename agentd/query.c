@@ -43,6 +43,7 @@ struct query {
 	int stop;		/* enum query_stop; read without the lock in the step loop */
 	int ended;		/* END is in ready */
 	sqlite3 *db;		/* while open, for sqlite3_interrupt() from the loop */
+	struct fqsql_budget *budget; /* while open: query_stop() ends a prepare with it */
 
 	/* The request, owned. */
 	uint64_t id;
@@ -114,6 +115,11 @@ static int budget_cause(struct query *q, struct result *r)
 		set_msg(r, "queries running together exceeded agentd's query memory (%lld MiB): "
 			"retry, or check --query-mem-total",
 			(long long)(q->pool->query_mem_total >> 20));
+		return 1;
+	case FQSQL_MEM_STOPPED: /* query_stop(): the client left or the agent drains */
+		r->status = WIRE_E_SHUTDOWN;
+		r->truncated = 1;
+		set_msg(r, "agent is shutting down; query stopped");
 		return 1;
 	case FQSQL_MEM_DEADLINE:
 		r->status = WIRE_E_TIMEOUT;
@@ -495,7 +501,8 @@ static int stream(struct query *q, sqlite3 *db, sqlite3_stmt *st, struct wire_bu
 	if (sent == QUERY_STOP_CANCEL) {
 		rc = -ECANCELED;
 	} else if (sent == QUERY_STOP_SHUTDOWN && r->status == WIRE_OK &&
-		   (stepped == SQLITE_ROW || stepped == SQLITE_INTERRUPT)) {
+		   (stepped == SQLITE_ROW || stepped == SQLITE_INTERRUPT ||
+		    fqsql_mem_hit() == FQSQL_MEM_STOPPED)) {
 		r->status = WIRE_E_SHUTDOWN;
 		r->truncated = 1;
 		set_msg(r, "agent is shutting down; query stopped after %lld rows",
@@ -584,6 +591,10 @@ static int run(struct query *q, struct wire_buf *b, struct result *r)
 	}
 	free(qd.sql);
 	qd.sql = NULL;
+	if (rc && stop_status(q)) {
+		stop = stop_status(q);
+		goto stopped;
+	}
 	if (rc) {
 		r->status = rc == -EACCES   ? WIRE_E_DENIED
 			    : rc == -ENOMEM ? WIRE_E_MEMORY
@@ -647,7 +658,16 @@ static int run_budgeted(struct query *q, struct wire_buf *b, struct result *r)
 {
 	int rc, budget = fqsql_mem_begin(q->pool->query_mem, q->deadline_ns) == 0;
 
+	pthread_mutex_lock(&q->mu);
+	q->budget = budget ? fqsql_mem_current() : NULL;
+	/* A stop that came before: SQLite's interrupt does not reach a prepare, this does. */
+	if (q->stop)
+		fqsql_mem_stop(q->budget);
+	pthread_mutex_unlock(&q->mu);
 	rc = run(q, b, r);
+	pthread_mutex_lock(&q->mu);
+	q->budget = NULL;
+	pthread_mutex_unlock(&q->mu);
 	if (budget)
 		fqsql_mem_end();
 	return rc;
@@ -1285,6 +1305,7 @@ void query_stop(struct query *q, int why)
 		__atomic_store_n(&q->stop, why, __ATOMIC_RELAXED);
 	if (q->db)
 		sqlite3_interrupt(q->db);
+	fqsql_mem_stop(q->budget);
 	pthread_cond_signal(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 }

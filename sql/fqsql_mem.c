@@ -39,7 +39,8 @@ struct fqsql_budget {
 	int64_t used;  /* bytes charged and not freed: __atomic */
 	int64_t refs;  /* blocks charged + 1 while open: __atomic */
 	int64_t peak;
-	int64_t deadline_ns;
+	int64_t deadline_ns; /* __atomic: fqsql_mem_stop() sets it from another thread */
+	int stopped;	     /* __atomic */
 	unsigned tick;
 	int hit; /* enum fqsql_mem_hit */
 };
@@ -73,12 +74,14 @@ static int charge(struct fqsql_budget *b, int64_t n)
 {
 	int64_t used;
 
-	if (b->deadline_ns && (n >= BIG || ++b->tick % CLOCK_EVERY == 0) &&
-	    now_ns() >= b->deadline_ns) {
-		b->hit = FQSQL_MEM_DEADLINE;
+	int64_t deadline = __atomic_load_n(&b->deadline_ns, __ATOMIC_RELAXED);
+
+	if (deadline && (n >= BIG || ++b->tick % CLOCK_EVERY == 0) && now_ns() >= deadline) {
+		b->hit = __atomic_load_n(&b->stopped, __ATOMIC_RELAXED) ? FQSQL_MEM_STOPPED
+									 : FQSQL_MEM_DEADLINE;
 		return -1;
 	}
-	if (b->hit == FQSQL_MEM_DEADLINE)
+	if (b->hit == FQSQL_MEM_DEADLINE || b->hit == FQSQL_MEM_STOPPED)
 		return -1;
 	used = __atomic_add_fetch(&b->used, n, __ATOMIC_RELAXED);
 	if (used > b->limit) {
@@ -249,7 +252,20 @@ int fqsql_mem_begin(int64_t limit, int64_t deadline_ns)
 void fqsql_mem_set_deadline(int64_t deadline_ns)
 {
 	if (cur)
-		cur->deadline_ns = deadline_ns;
+		__atomic_store_n(&cur->deadline_ns, deadline_ns, __ATOMIC_RELAXED);
+}
+
+struct fqsql_budget *fqsql_mem_current(void)
+{
+	return cur;
+}
+
+void fqsql_mem_stop(struct fqsql_budget *b)
+{
+	if (!b)
+		return;
+	__atomic_store_n(&b->stopped, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->deadline_ns, 1, __ATOMIC_RELAXED);
 }
 
 int fqsql_mem_hit(void)
