@@ -5,7 +5,8 @@
  * one (agentd's trace writer) is never refused, even while a budgeted thread
  * is at its limit; blocks freed on another thread (a pooled connection closed
  * later) are uncharged from the budget they came from; the total bounds all
- * budgets together; allocations after the deadline fail.
+ * budgets together; allocations after the deadline, or after another thread
+ * stopped the budget, fail.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -53,6 +54,7 @@ static void *writer(void *arg)
 
 struct budgeted {
 	int64_t limit, deadline_ns;
+	int stop; /* fqsql_mem_stop() before running */
 	int rc, hit;
 	sqlite3 *db; /* left open: closed by another thread */
 };
@@ -65,6 +67,8 @@ static void *budgeted(void *arg)
 		b->rc = -1;
 		return NULL;
 	}
+	if (b->stop)
+		fqsql_mem_stop(fqsql_mem_current());
 	b->rc = run_big(&b->db);
 	b->hit = fqsql_mem_hit();
 	fqsql_mem_end();
@@ -135,6 +139,13 @@ int main(void)
 	run_thread(budgeted, &b);
 	CHECK(b.rc != SQLITE_ROW && b.hit == FQSQL_MEM_DEADLINE,
 	      "past the deadline: rc %d hit %d, want FQSQL_MEM_DEADLINE\n", b.rc, b.hit);
+	sqlite3_close(b.db);
+
+	/* stopped (a client gone, a drain): the same, and the budget says why */
+	b = (struct budgeted){ .limit = 64 << 20, .stop = 1 };
+	run_thread(budgeted, &b);
+	CHECK(b.rc != SQLITE_ROW && b.hit == FQSQL_MEM_STOPPED,
+	      "stopped: rc %d hit %d, want FQSQL_MEM_STOPPED\n", b.rc, b.hit);
 	sqlite3_close(b.db);
 	CHECK(fqsql_mem_total() == 0, "%lld bytes left charged\n", (long long)fqsql_mem_total());
 	return check_done("test_sql_mem");
