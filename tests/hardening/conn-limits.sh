@@ -131,5 +131,5 @@ sleep 0.5
 fq -w "127.0.0.1:$PORT" "SELECT 1"
 kill "$HOLD"
 expect_rc 4 "over --max-conns-per-source"
-err_has "agent closed the connection in the TLS handshake \(busy, or limiting this address"
+err_has "handshake failed: agent closed the connection \(busy, or limiting this address"
 echo "ok"
