@@ -48,6 +48,8 @@ struct fanout_params {
 	 * splits again when it has more than W). Coverage stays per host.
 	 */
 	int tree_width;
+	/* A relay: the client it forwards for, sent as QUERY "for" (NULL: none). */
+	const char *on_behalf;
 	/* NULL: rows go to the merge, outcomes to the coverage. Else to the sink
 	 * (agentd's relay), and fanout_run() takes NULL for both. */
 	const struct fanout_sink *sink;
@@ -62,8 +64,6 @@ struct fanout_params {
 	/* When not NULL, polled every 100 ms: nonzero stops the fan-out
 	 * (fanout_run() fails with -ECANCELED). A relay whose client left. */
 	const int *cancel;
-	/* A relay: the client it forwards for, sent as QUERY "for" (NULL: none). */
-	const char *on_behalf;
 };
 
 /*
