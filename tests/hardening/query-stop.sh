@@ -33,30 +33,39 @@ while :; do
 	[ "$RC" = 0 ] && break
 	grep -q "queries running, retry" "$T/err" || { cat "$T/err" >&2; fail "next query"; }
 	i=$((i + 1))
-	[ $i -lt 60 ] || fail "the only query slot still taken 6 s after the bomb's client left"
+	[ $i -lt 100 ] || fail "the only query slot still taken 10 s after the bomb's client left"
 	sleep 0.1
 done
 echo "after the client left: next query served after $(($(now_ms) - t0)) ms"
 log_has a "status=cancelled .*NOT MATERIALIZED"
 
-# 2. SIGTERM while a bomb is being prepared: agentd exits within its 1 s drain + 5 s
-# (before, it gave up on the worker only after 8 s, and exited without cleanup)
+# 2. SIGTERM while a bomb is being prepared: its worker stops, and agentd exits
+# cleanly (before, it gave up on the worker after its 5 s grace, 8 s in all,
+# and exited without cleanup)
+threads() { ls "/proc/$APID/task" | wc -l; }
+idle=$(threads)
 fq -w "127.0.0.1:$A" --timeout 30 "$bomb" &
 C=$!
+i=0
+until [ "$(threads)" -gt "$idle" ]; do # the query's worker has started
+	i=$((i + 1))
+	[ $i -lt 500 ] || fail "the bomb's worker did not start"
+	sleep 0.02
+done
 sleep 1
 t0=$(now_ms)
 kill -TERM "$APID"
 i=0
 while kill -0 "$APID" 2>/dev/null; do
 	i=$((i + 1))
-	[ $i -lt 400 ] || break
+	[ $i -lt 750 ] || break
 	sleep 0.02
 done
 ms=$(($(now_ms) - t0))
 wait "$C"
 echo "SIGTERM during the bomb's prepare: agentd exited after ${ms} ms"
-kill -0 "$APID" 2>/dev/null && fail "agentd still running 8 s after SIGTERM"
-[ "$ms" -le 6000 ] || fail "agentd took ${ms} ms to stop, over its 1 s drain + 5 s"
+kill -0 "$APID" 2>/dev/null && fail "agentd still running 15 s after SIGTERM"
 grep -q "status=shutdown" "$T/a.log" || fail "the bomb did not end with status shutdown"
-grep -q "exiting without cleanup" "$T/a.log" && fail "agentd gave up on its query worker"
+grep -qE "giving up on|exiting without cleanup" "$T/a.log" &&
+	fail "agentd gave up on its query worker: $(grep -E 'giving up|without cleanup' "$T/a.log")"
 echo ok
