@@ -26,8 +26,7 @@ for i in range(1, 21):
     p.append("c%d(x) AS NOT MATERIALIZED (SELECT x FROM c%d UNION ALL SELECT x FROM c%d)" % (i, i - 1, i - 1))
 print("WITH " + ", ".join(p) + " SELECT count(*) FROM c20")')
 # 320 MB in one row (the issue's 20 x 16 MB, as 160 x 2 MB: one printf call
-# cannot be interrupted, and a 16 MB one takes 0.3 s of CPU, seconds on a
-# starved test machine; query-budget-trace.sh runs 20 x 16 MB)
+# cannot be interrupted; query-budget-trace.sh runs 20 x 16 MB)
 wide=$(python3 -c 'print("SELECT " + ", ".join("printf(\x27%%.*c\x27, 2000000, \x27a\x27) AS c%d" % i for i in range(160)))')
 
 # Over its own budget, or (four at once) over all queries' budget together.
@@ -97,11 +96,15 @@ tab=$(printf '\t')
 while IFS="$tab" read -r want sql; do
 	n=$((n + 1))
 	printf "%s" "$sql" >"$T/q.sql"
-	# Alone: within the 2000 ms deadline + 1 s.
-	attack $n 1 3000
-	# Four clients at once (the 2.3 GB case) share two cores here: one
-	# SQL function call (a 16 MB printf) cannot be interrupted, so allow twice.
-	attack $n 4 6000
+	# Alone: within the 2000 ms deadline + 1 s; four clients at once (the
+	# 2.3 GB case) share two cores here, so twice that.
+	lim=3000
+	# SQLite 3.40's printf('%.*c', N) appends N characters one at a time and
+	# goes on after an allocation failed: the 320 MB row costs about 2 s of
+	# CPU whatever the budget (docs/security.md, "one SQL function call").
+	[ $n = 1 ] && lim=5000
+	attack $n 1 $lim
+	attack $n 4 $((lim * 2))
 done <"$T/attacks"
 [ "$n" = 8 ] || fail "only $n attacks ran"
 [ "$(sha256sum <"$T/n.db")" = "$sum0" ] || fail "the trace file changed"
