@@ -125,9 +125,17 @@ served "after the large frames"
 # A client turned away at the door reads why, not "TLS protocol error".
 start_agent b "$T/n.db" ca --max-conns-per-source 1
 python3 -c 'import socket, sys, time
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); time.sleep(5)' "$PORT" &
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+open(sys.argv[2], "w").close()
+time.sleep(10)' "$PORT" "$T/held" &
 HOLD=$!
-sleep 0.5
+i=0
+until [ -e "$T/held" ]; do
+	i=$((i + 1))
+	[ $i -lt 500 ] || fail "the holding connection did not connect"
+	sleep 0.02
+done
+sleep 0.2 # accepted by the agent
 fq -w "127.0.0.1:$PORT" "SELECT 1"
 kill "$HOLD"
 expect_rc 4 "over --max-conns-per-source"
