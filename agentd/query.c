@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fnmatch.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,8 @@
 #define QUERY_STACK (1u << 20)
 /* Far above any analysis (a few thousand); bounds code generation for a statement that expands. */
 #define QUERY_VDBE_OPS 250000
+/* A query whose SQLite memory peaked above this trims the heap when it ends. */
+#define QUERY_TRIM_PEAK (8 << 20)
 
 struct query {
 	pthread_mutex_t mu;
@@ -668,8 +671,16 @@ static int run_budgeted(struct query *q, struct wire_buf *b, struct result *r)
 	pthread_mutex_lock(&q->mu);
 	q->budget = NULL;
 	pthread_mutex_unlock(&q->mu);
-	if (budget)
+	if (budget) {
+		int64_t peak = fqsql_mem_peak();
+
 		fqsql_mem_end();
+		/* Millions of small blocks (a statement that expanded) stay in this
+		 * thread's heap once freed: give the pages back, not only the big
+		 * mapped blocks. */
+		if (peak > QUERY_TRIM_PEAK)
+			malloc_trim(0);
+	}
 	return rc;
 }
 

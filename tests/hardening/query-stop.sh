@@ -10,7 +10,7 @@
 certs ca 127.0.0.1
 "$TRACEGEN" --out "$T/n.db" --node n --ranks 2 --nranks 2 --steps 10 >"$T/gen.log" 2>&1 ||
 	fail "fq-tracegen"
-big="--query-mem 2048 --query-mem-total 2048 --timeout-ms 60000 --max-queries 1 --drain-timeout 1"
+big="--query-mem 1024 --query-mem-total 1024 --timeout-ms 60000 --max-queries 1 --drain-timeout 1"
 # shellcheck disable=SC2086
 start_agent a "$T/n.db" ca $big
 A=$PORT APID=$PID
@@ -40,16 +40,16 @@ echo "after the client left: next query served after $(($(now_ms) - t0)) ms"
 log_has a "status=cancelled .*NOT MATERIALIZED"
 
 # 2. SIGTERM while a bomb is being prepared: its worker stops, and agentd exits
-# cleanly (before, it gave up on the worker after its 5 s grace, 8 s in all,
-# and exited without cleanup)
+# cleanly (before, the worker ran on; agentd gave up on it after its 5 s grace
+# and 2 s more, and exited without cleanup)
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$APID/status"; }
-idle=$(rss)
+idle=$(rss) # the first bomb's heap was trimmed when it ended
 fq -w "127.0.0.1:$A" --timeout 30 "$bomb" &
 C=$!
 i=0
-until [ "$(rss)" -gt $((idle + 16384)) ]; do # the bomb is being expanded
+until [ "$(rss)" -gt $((idle + 65536)) ]; do # the bomb is being expanded
 	i=$((i + 1))
-	[ $i -lt 1500 ] || fail "the bomb did not start growing within 30 s"
+	[ $i -lt 1500 ] || fail "the bomb did not grow the agent within 30 s (idle ${idle} kB)"
 	sleep 0.02
 done
 t0=$(now_ms)
@@ -64,7 +64,11 @@ ms=$(($(now_ms) - t0))
 wait "$C"
 echo "SIGTERM during the bomb's prepare: agentd exited after ${ms} ms"
 kill -0 "$APID" 2>/dev/null && fail "agentd still running 15 s after SIGTERM"
+# The worker ends (a statement being expanded sees the stop at its next
+# allocation: on a starved machine that may come after the grace period, but
+# before agentd's last wait), where it used to run on and agentd exit without
+# cleanup.
+grep -q "exiting without cleanup" "$T/a.log" &&
+	fail "agentd exited with its query worker still running"
 grep -q "status=shutdown" "$T/a.log" || fail "the bomb did not end with status shutdown"
-grep -qE "giving up on|exiting without cleanup" "$T/a.log" &&
-	fail "agentd gave up on its query worker: $(grep -E 'giving up|without cleanup' "$T/a.log")"
 echo ok
