@@ -1,10 +1,18 @@
 /* SPDX-License-Identifier: MIT */
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
+#include <fnmatch.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -22,6 +30,10 @@
 /* A row estimated above this cannot be sent: ROWS frames are capped at WIRE_FRAME_MAX. */
 #define QUERY_ROW_MAX (WIRE_FRAME_MAX - (16u << 10))
 #define QUERY_STACK (1u << 20)
+/* Far above any analysis (a few thousand); bounds code generation for a statement that expands. */
+#define QUERY_VDBE_OPS 250000
+/* A query whose SQLite memory peaked above this trims the heap when it ends. */
+#define QUERY_TRIM_PEAK (8 << 20)
 
 struct query {
 	pthread_mutex_t mu;
@@ -34,6 +46,7 @@ struct query {
 	int stop;		/* enum query_stop; read without the lock in the step loop */
 	int ended;		/* END is in ready */
 	sqlite3 *db;		/* while open, for sqlite3_interrupt() from the loop */
+	struct fqsql_budget *budget; /* while open: query_stop() ends a prepare with it */
 
 	/* The request, owned. */
 	uint64_t id;
@@ -51,6 +64,7 @@ struct query {
 	char **peers;
 	int64_t tree_width, clock_param, pings, connect_ms;
 	char *label;	/* NULL: not relaying */
+	char *on_behalf; /* QUERY "for": the client a relay asks for; NULL when none */
 	char **cols;	/* relay: the columns sent up (without "node"), NULL until sent */
 	size_t ncols;
 };
@@ -61,6 +75,8 @@ struct result {
 	int truncated;
 	char *msg;
 };
+
+static void set_msg(struct result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* One-word statuses for the log, so lines split on spaces. */
 static const char *status_word(int st)
@@ -83,6 +99,38 @@ static const char *status_word(int st)
 	};
 
 	return st >= 0 && st < (int)(sizeof(w) / sizeof(w[0])) && w[st] ? w[st] : "?";
+}
+
+/*
+ * When a statement failed, why, if its memory budget refused an allocation
+ * (fqsql_mem.c): fills r and returns 1; else 0.
+ */
+static int budget_cause(struct query *q, struct result *r)
+{
+	switch (fqsql_mem_hit()) {
+	case FQSQL_MEM_QUERY:
+		r->status = WIRE_E_MEMORY;
+		set_msg(r, "query exceeded its memory budget (%lld MiB): select or aggregate less, "
+			"or check --query-mem", (long long)(q->pool->query_mem >> 20));
+		return 1;
+	case FQSQL_MEM_TOTAL:
+		r->status = WIRE_E_MEMORY;
+		set_msg(r, "queries running together exceeded agentd's query memory (%lld MiB): "
+			"retry, or check --query-mem-total",
+			(long long)(q->pool->query_mem_total >> 20));
+		return 1;
+	case FQSQL_MEM_STOPPED: /* query_stop(): the client left or the agent drains */
+		r->status = WIRE_E_SHUTDOWN;
+		r->truncated = 1;
+		set_msg(r, "agent is shutting down; query stopped");
+		return 1;
+	case FQSQL_MEM_DEADLINE:
+		r->status = WIRE_E_TIMEOUT;
+		r->truncated = 1;
+		set_msg(r, "query ran past its %lld ms deadline", (long long)q->timeout_ms);
+		return 1;
+	}
+	return 0;
 }
 
 static int64_t mono_ns(void)
@@ -146,17 +194,28 @@ void query_pool_release(struct query_pool *p)
 static int db_take(struct query_pool *p, const struct fqsql_limits *lim, struct query_db *d,
 		   char **cause)
 {
+	struct stat sb;
+	int rc, known = stat(p->db_path, &sb) == 0;
+
 	memset(d, 0, sizeof(*d));
 	pthread_mutex_lock(&p->mu);
 	if (p->nidle)
 		*d = p->idle[--p->nidle];
 	pthread_mutex_unlock(&p->mu);
+	/* One stat per query: an idle connection on a file no longer at db_path is let go. */
+	if (d->db && known && (d->dev != sb.st_dev || d->ino != sb.st_ino))
+		qdb_close(d);
 	if (d->db) {
 		if (!fqsql_rearm(d->db, lim))
 			return 0;
 		qdb_close(d);
 	}
-	return fqsql_open_readonly(p->db_path, lim, &d->db, cause);
+	rc = fqsql_open_readonly(p->db_path, lim, &d->db, cause);
+	if (!rc && known) {
+		d->dev = sb.st_dev;
+		d->ino = sb.st_ino;
+	}
+	return rc;
 }
 
 /* Keeps d for the next query when there is room; else closes it. */
@@ -196,6 +255,7 @@ static void query_free(struct query *q)
 		free(q->cols[i]);
 	free(q->cols);
 	free(q->label);
+	free(q->on_behalf);
 	free(q);
 }
 
@@ -210,7 +270,6 @@ static void query_unref(struct query *q)
 		query_free(q);
 }
 
-static void set_msg(struct result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_msg(struct result *r, const char *fmt, ...)
 {
 	va_list ap;
@@ -445,13 +504,16 @@ static int stream(struct query *q, sqlite3 *db, sqlite3_stmt *st, struct wire_bu
 	if (sent == QUERY_STOP_CANCEL) {
 		rc = -ECANCELED;
 	} else if (sent == QUERY_STOP_SHUTDOWN && r->status == WIRE_OK &&
-		   (stepped == SQLITE_ROW || stepped == SQLITE_INTERRUPT)) {
+		   (stepped == SQLITE_ROW || stepped == SQLITE_INTERRUPT ||
+		    fqsql_mem_hit() == FQSQL_MEM_STOPPED)) {
 		r->status = WIRE_E_SHUTDOWN;
 		r->truncated = 1;
 		set_msg(r, "agent is shutting down; query stopped after %lld rows",
 			(long long)r->rows);
 	} else if (r->status == WIRE_OK && stepped != SQLITE_DONE && stepped != SQLITE_ROW) {
-		if (stepped == SQLITE_INTERRUPT && fqsql_deadline_passed(db)) {
+		if (budget_cause(q, r)) {
+			;
+		} else if (stepped == SQLITE_INTERRUPT && fqsql_deadline_passed(db)) {
 			r->status = WIRE_E_TIMEOUT;
 			r->truncated = 1;
 			set_msg(r, "query ran past its %lld ms deadline", (long long)q->timeout_ms);
@@ -493,7 +555,7 @@ out:
 /* Opens, prepares, streams; always leaves r ready for END. -ECANCELED: nobody to tell. */
 static int run(struct query *q, struct wire_buf *b, struct result *r)
 {
-	struct fqsql_limits lim = { .max_length = QUERY_VALUE_MAX };
+	struct fqsql_limits lim = { .max_length = QUERY_VALUE_MAX, .max_vdbe_op = QUERY_VDBE_OPS };
 	struct query_db qd;
 	sqlite3_stmt *st = NULL;
 	sqlite3 *db = NULL;
@@ -504,7 +566,9 @@ static int run(struct query *q, struct wire_buf *b, struct result *r)
 	db = qd.db;
 	if (rc) {
 		r->status = WIRE_E_INTERNAL;
-		set_msg(r, "%s", cause ? cause : "cannot open the trace database");
+		if (!budget_cause(q, r))
+			set_msg(r, "%s", cause ? cause : "cannot open the trace database");
+		rc = 0;
 		goto out;
 	}
 	pthread_mutex_lock(&q->mu);
@@ -530,11 +594,16 @@ static int run(struct query *q, struct wire_buf *b, struct result *r)
 	}
 	free(qd.sql);
 	qd.sql = NULL;
+	if (rc && stop_status(q)) {
+		stop = stop_status(q);
+		goto stopped;
+	}
 	if (rc) {
 		r->status = rc == -EACCES   ? WIRE_E_DENIED
 			    : rc == -ENOMEM ? WIRE_E_MEMORY
 					    : WIRE_E_SQL;
-		set_msg(r, "%s", cause ? cause : strerror(-rc));
+		if (rc == -EACCES || !budget_cause(q, r))
+			set_msg(r, "%s", cause ? cause : strerror(-rc));
 		rc = 0;
 		goto out;
 	}
@@ -579,6 +648,39 @@ out:
 		qdb_close(&qd);
 	}
 	free(cause);
+	return rc;
+}
+
+/*
+ * run() with every SQLite allocation of this thread charged to the query's
+ * memory budget, which also ends allocation at the deadline: preparing a
+ * statement runs no progress callback, so this is what stops a query that
+ * expands to millions of nodes before its first step.
+ */
+static int run_budgeted(struct query *q, struct wire_buf *b, struct result *r)
+{
+	int rc, budget = fqsql_mem_begin(q->pool->query_mem, q->deadline_ns) == 0;
+
+	pthread_mutex_lock(&q->mu);
+	q->budget = budget ? fqsql_mem_current() : NULL;
+	/* A stop that came before: SQLite's interrupt does not reach a prepare, this does. */
+	if (q->stop)
+		fqsql_mem_stop(q->budget);
+	pthread_mutex_unlock(&q->mu);
+	rc = run(q, b, r);
+	pthread_mutex_lock(&q->mu);
+	q->budget = NULL;
+	pthread_mutex_unlock(&q->mu);
+	if (budget) {
+		int64_t peak = fqsql_mem_peak();
+
+		fqsql_mem_end();
+		/* Millions of small blocks (a statement that expanded) stay in this
+		 * thread's heap once freed: give the pages back, not only the big
+		 * mapped blocks. */
+		if (peak > QUERY_TRIM_PEAK)
+			malloc_trim(0);
+	}
 	return rc;
 }
 
@@ -736,6 +838,146 @@ static int relay_done(void *ctx, size_t i, int outcome, int64_t rows, const char
 	return rc;
 }
 
+/* "host:port", "[v6]:port" or "host" as "host:port", host lowercased, port as a number. */
+static int peer_key(const char *peer, int dflt, char *host, size_t hn, int *port)
+{
+	const char *colon = strrchr(peer, ':'), *h = peer;
+	size_t len = strlen(peer);
+	char *end;
+	long v;
+
+	*port = dflt;
+	if (peer[0] == '[') {
+		const char *close = strchr(peer, ']');
+
+		if (!close)
+			return -EINVAL;
+		h = peer + 1;
+		len = (size_t)(close - h);
+		colon = close[1] == ':' ? close + 1 : NULL;
+	} else if (colon && strchr(peer, ':') != colon) {
+		colon = NULL; /* a bare IPv6 address */
+	} else if (colon) {
+		len = (size_t)(colon - peer);
+	}
+	if (colon) {
+		errno = 0;
+		v = strtol(colon + 1, &end, 10);
+		if (errno || end == colon + 1 || *end || v < 1 || v > 65535)
+			return -EINVAL;
+		*port = (int)v;
+	}
+	if (!len || len >= hn)
+		return -EINVAL;
+	for (size_t i = 0; i < len; i++)
+		host[i] = (char)tolower((unsigned char)h[i]);
+	host[len] = '\0';
+	return 0;
+}
+
+/* 1 when host is an address of this machine (bind() takes it), or one of its names. */
+static int host_is_self(const struct query *q, const char *host)
+{
+	struct sockaddr_storage ss = { 0 };
+	char me[256];
+	socklen_t len = 0;
+	int fd, ok;
+
+	if (!strcmp(host, "localhost") || (q->label && !strcasecmp(host, q->label)) ||
+	    (q->pool->relay_node && !strcasecmp(host, q->pool->relay_node)))
+		return 1;
+	if (!gethostname(me, sizeof(me)) && (me[sizeof(me) - 1] = 0, !strcasecmp(host, me)))
+		return 1;
+	if (inet_pton(AF_INET, host, &((struct sockaddr_in *)&ss)->sin_addr) == 1) {
+		ss.ss_family = AF_INET;
+		len = sizeof(struct sockaddr_in);
+	} else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1) {
+		ss.ss_family = AF_INET6;
+		len = sizeof(struct sockaddr_in6);
+	} else {
+		return 0;
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	ok = bind(fd, (struct sockaddr *)&ss, len) == 0;
+	close(fd);
+	return ok;
+}
+
+struct peer_ref {
+	char key[280];
+	size_t i;
+};
+
+static int peer_ref_cmp(const void *a, const void *b)
+{
+	const struct peer_ref *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+
+	return c ? c : x->i < y->i ? -1 : x->i > y->i;
+}
+
+/*
+ * Takes out of q->peers what this relay will not dial, each with its own END
+ * (E_PEER, why): a peer it cannot parse, itself under any spelling it can tell
+ * (":09401" for its port 9401, its node or host name, a local address), a
+ * peer named twice, one outside --relay-peer. A relay that dialled itself
+ * held a query slot per hop until every slot was taken.
+ */
+static int relay_screen(struct relay *rl)
+{
+	struct query *q = rl->q;
+	struct query_pool *p = q->pool;
+	struct peer_ref *refs = calloc(q->npeers ? q->npeers : 1, sizeof(*refs));
+	const char **why = calloc(q->npeers ? q->npeers : 1, sizeof(*why));
+	size_t i, kept = 0;
+	int rc = 0;
+
+	if (!refs || !why) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < q->npeers; i++) {
+		char host[256];
+		int port, ok = !p->nrelay_allow;
+
+		refs[i].i = i;
+		if (peer_key(q->peers[i], p->relay_port, host, sizeof(host), &port)) {
+			why[i] = "relay cannot parse this peer (want HOST[:PORT]): not dialled";
+			continue;
+		}
+		snprintf(refs[i].key, sizeof(refs[i].key), "%s:%d", host, port);
+		if (port == p->self_port && host_is_self(q, host)) {
+			why[i] = "this is the relay itself: not dialled again";
+			continue;
+		}
+		for (size_t k = 0; k < p->nrelay_allow && !ok; k++)
+			ok = !fnmatch(p->relay_allow[k], host, FNM_CASEFOLD);
+		if (!ok)
+			why[i] = "outside the relay's --relay-peer list: not dialled";
+	}
+	qsort(refs, q->npeers, sizeof(*refs), peer_ref_cmp);
+	for (i = 1; i < q->npeers; i++)
+		if (refs[i].key[0] && !strcmp(refs[i].key, refs[i - 1].key) && !why[refs[i].i])
+			why[refs[i].i] = "named twice in one query: dialled once";
+	for (i = 0; i < q->npeers && !rc; i++) {
+		if (!why[i]) {
+			q->peers[kept++] = q->peers[i];
+			continue;
+		}
+		rc = relay_end(rl, q->peers[i], FQ_AGENT, 0, why[i], NULL);
+		free(q->peers[i]);
+	}
+	for (; i < q->npeers; i++)
+		q->peers[kept++] = q->peers[i];
+	q->npeers = kept;
+out:
+	free(refs);
+	free(why);
+	return rc;
+}
+
 /*
  * Runs the query here (rows labelled with our name), then on the peers
  * through the fan-out client, streaming their rows and ENDs up as they come.
@@ -750,13 +992,15 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 		.ctx = &rl, .columns = relay_columns, .row = relay_row, .done = relay_done };
 	struct fanout_params fp = { 0 };
 	struct fanout *fo = NULL;
+	size_t total = 0;
 	int64_t left_ms, margin;
 	char *cause = NULL;
 	int rc, outcome;
 
-	rc = run(q, b, &own);
+	rc = run_budgeted(q, b, &own);
 	if (rc)
 		goto out;
+	total = q->npeers;
 	rl.rows = own.rows;
 	outcome = own.status == WIRE_OK ? FQ_OK : own.truncated ? FQ_TRUNCATED : FQ_SQL;
 	/* Our own END reads as fleetq would have written it for us. */
@@ -768,7 +1012,11 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 		free(why);
 	}
 	rc = relay_end(&rl, q->label, outcome, own.rows, own.msg, NULL);
+	if (!rc)
+		rc = relay_screen(&rl);
 	if (rc)
+		goto out;
+	if (!q->npeers)
 		goto out;
 
 	/* Each hop keeps a margin so its ENDs get up before the caller gives up. */
@@ -793,6 +1041,12 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 	fp.params = q->params;
 	fp.nparams = q->nparams;
 	fp.tree_width = (int)q->tree_width;
+	/* Past relay_max_dial peers, sub-relays take the rest: this agent dials no more. */
+	if (p->relay_max_dial > 0 && q->npeers > (size_t)p->relay_max_dial &&
+	    (fp.tree_width <= 0 || fp.tree_width > p->relay_max_dial))
+		fp.tree_width = p->relay_max_dial;
+	/* The leaves check the client we serve, not us (PROTOCOL.md "Relay"). */
+	fp.on_behalf = q->on_behalf ? q->on_behalf : strcmp(q->peer, "-") ? q->peer : NULL;
 	fp.clock_param = (size_t)q->clock_param;
 	/* Sample the leaves' clocks as the requester samples its own nodes (it says how
 	 * many PINGs in the QUERY; a requester that does not say: 4 when the query has
@@ -834,7 +1088,7 @@ out:
 		} else if (rl.failed) {
 			r->status = WIRE_E_PEER;
 			set_msg(r, "%zu of %zu nodes did not answer fully", rl.failed,
-				q->npeers + 1);
+				(total > q->npeers ? total : q->npeers) + 1);
 		}
 		rc = 0;
 	}
@@ -853,12 +1107,12 @@ static void *worker(void *arg)
 	struct query_pool *p = q->pool;
 	struct result r = { .status = WIRE_OK };
 	struct wire_buf b;
-	char sql[512], msg[256];
+	char sql[512], msg[256], who[256];
 	int64_t elapsed;
 	int rc;
 
 	wire_buf_init(&b);
-	rc = q->npeers ? relay(q, &b, &r) : run(q, &b, &r);
+	rc = q->npeers ? relay(q, &b, &r) : run_budgeted(q, &b, &r);
 	elapsed = mono_ns() - q->start_ns;
 	if (rc != -ECANCELED) {
 		struct wire_end e = {
@@ -881,9 +1135,11 @@ static void *worker(void *arg)
 	} else {
 		release_slot(p);
 	}
-	log_line("query peer=%s addr=%s tls=%s id=%llu rows=%lld bytes=%lld ms=%lld "
+	log_line("query peer=%s%s%s addr=%s tls=%s id=%llu rows=%lld bytes=%lld ms=%lld "
 		 "status=%s%s%s%s sql=\"%s\"",
-		 q->peer, q->addr, q->tls, (unsigned long long)q->id, (long long)r.rows,
+		 q->peer, q->on_behalf ? " for=" : "",
+		 q->on_behalf ? log_escape(who, sizeof(who), q->on_behalf, 200) : "", q->addr,
+		 q->tls, (unsigned long long)q->id, (long long)r.rows,
 		 (long long)r.bytes, (long long)(elapsed / 1000000),
 		 rc == -ECANCELED ? "cancelled" : status_word(r.status), r.msg ? " error=\"" : "",
 		 r.msg ? log_escape(msg, sizeof(msg), r.msg, 200) : "", r.msg ? "\"" : "",
@@ -908,6 +1164,8 @@ static int copy_request(struct query *q, const struct wire_query *m)
 
 	q->sql = strdup(m->sql ? m->sql : "");
 	if (!q->sql)
+		return -ENOMEM;
+	if (m->on_behalf && !(q->on_behalf = strdup(m->on_behalf)))
 		return -ENOMEM;
 	if (m->npeers) {
 		q->peers = calloc(m->npeers, sizeof(*q->peers));
@@ -1058,6 +1316,7 @@ void query_stop(struct query *q, int why)
 		__atomic_store_n(&q->stop, why, __ATOMIC_RELAXED);
 	if (q->db)
 		sqlite3_interrupt(q->db);
+	fqsql_mem_stop(q->budget);
 	pthread_cond_signal(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 }

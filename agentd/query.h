@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../wire/wire.h"
 
@@ -38,6 +39,10 @@ struct query_db {
 	struct sqlite3 *db;
 	struct sqlite3_stmt *st; /* NULL, or prepared from sql and reset */
 	char *sql;
+	/* The file db_path named when db was opened: a file renamed away and
+	 * recreated (log rotation) is noticed by its new inode, and reopened. */
+	dev_t dev;
+	ino_t ino;
 };
 
 /* Bounds the number of workers; shared by all connections of a server. */
@@ -48,12 +53,22 @@ struct query_pool {
 	int max;
 	const char *db_path;
 	int64_t max_rows, max_bytes, timeout_ms; /* agent limits; clients may ask lower */
+	int64_t query_mem, query_mem_total;	 /* bytes; fqsql_mem_install() has the total */
 	struct event *reaped; /* activated (in the loop) each time a worker exits */
 	/* Relay (QUERY with peers): the client side of the tree fan-out uses the
 	 * agent's own certificate against the same CA (all NULL: plaintext,
 	 * loopback only); peers without a port get relay_port. */
 	const char *relay_ca, *relay_cert, *relay_key;
 	int relay_port;
+	/* A relay dials at most relay_max_dial peers itself per query (more go
+	 * through sub-relays), never itself (relay_node, the host name, a local
+	 * address on relay_port) nor a peer twice, and with patterns only hosts
+	 * matching one of them (--relay-peer). */
+	const char *relay_node;
+	int self_port; /* the port this agent listens on */
+	int relay_max_dial;
+	const char *const *relay_allow;
+	size_t nrelay_allow;
 	/* Idle read-only connections, under mu; query_pool_release() closes them. */
 	struct query_db idle[QUERY_IDLE_DBS];
 	int nidle;

@@ -2,6 +2,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +45,13 @@
  * past that, new connections are closed at once, which costs us nothing.
  */
 #define REFUSE_SLACK 64
+/*
+ * A session reads at most this much ahead of the frame it is on; a frame
+ * larger than this (a QUERY with big parameters) first takes its size from
+ * --frame-mem, shared by all sessions, and gives it back once read, so that
+ * sessions that each send most of a 16 MiB frame cannot pile up gigabytes.
+ */
+#define FRAME_SMALL (64u << 10)
 
 /*
  * A session moves HANDSHAKE -> READY -> CLOSING -> LINGER -> freed, or is
@@ -70,6 +80,8 @@ struct conn {
 	const char *tls;	    /* "full" or "resumed" handshake, "none" in plaintext */
 	int accepted;		    /* tls_peer_check() passed: its session may be resumed */
 	int over_cap;		    /* accepted past --max-conns: refuse with BUSY */
+	unsigned char src[8];	    /* address (IPv6: its /64) for --max-conns-per-source */
+	size_t frame_held;	    /* bytes of --frame-mem held for a large frame */
 };
 
 struct server {
@@ -84,11 +96,17 @@ struct server {
 	int draining;		  /* 1: waiting for queries, 2: stopping them */
 	TAILQ_HEAD(, conn) conns;
 	int nconns;		   /* sessions in conns */
+	int npending;		   /* of which in CONN_HANDSHAKE */
+	int64_t frame_held;	   /* --frame-mem held by all sessions */
+	int64_t shed_log_ns;	   /* last line about closed handshakes or sources */
+	unsigned long shed_hs, shed_src;
 	int64_t cap_log_ns;	   /* last "closed at once" line: at most one a second */
 	unsigned long cap_closed; /* connections closed at once since that line */
 	struct wire_buf scratch; /* loop-thread frames: HELLO, PONG, ERROR, END */
 	sqlite3 *meta;		 /* HELLO's view of the meta table */
 	sqlite3_stmt *meta_st;	 /* its query, kept prepared */
+	dev_t meta_dev;		 /* the file meta was opened on */
+	ino_t meta_ino;
 	int64_t schema_version;
 	char clock_source[128];
 	char gpu_status[256]; /* meta 'gpu_status', "" when the trace has none */
@@ -197,8 +215,21 @@ static void refresh_meta(struct server *s)
 		"SELECT key, value FROM meta WHERE key IN ('schema_version', 'clock_source', "
 		"'gpu_status')";
 	sqlite3_stmt *st;
+	struct stat sb;
 
+	/* The trace file renamed away and recreated (log rotation): read the new one. */
+	if (s->meta && !stat(s->o->db_path, &sb) &&
+	    (sb.st_dev != s->meta_dev || sb.st_ino != s->meta_ino)) {
+		sqlite3_finalize(s->meta_st);
+		s->meta_st = NULL;
+		sqlite3_close(s->meta);
+		s->meta = NULL;
+	}
 	if (!s->meta) {
+		if (!stat(s->o->db_path, &sb)) {
+			s->meta_dev = sb.st_dev;
+			s->meta_ino = sb.st_ino;
+		}
 		if (sqlite3_open_v2(s->o->db_path, &s->meta,
 				    SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX,
 				    NULL) != SQLITE_OK) {
@@ -309,6 +340,21 @@ static void check_drained(struct server *s)
 		event_base_loopbreak(s->base);
 }
 
+/* Gives back what c holds of --frame-mem and reads small frames again. */
+static void frame_release(struct conn *c)
+{
+	struct server *s = c->srv;
+
+	if (!c->frame_held)
+		return;
+	s->frame_held -= (int64_t)c->frame_held;
+	c->frame_held = 0;
+	bufferevent_setwatermark(c->bev, EV_READ, 0, FRAME_SMALL);
+	/* The frame's buffers are free now; hand their pages back rather than keep them. */
+	if (!s->frame_held)
+		malloc_trim(0);
+}
+
 static void conn_free(struct conn *c)
 {
 	struct server *s = c->srv;
@@ -320,6 +366,9 @@ static void conn_free(struct conn *c)
 	}
 	event_del(&c->timer);
 	event_del(&c->wake);
+	if (c->state == CONN_HANDSHAKE)
+		s->npending--;
+	frame_release(c);
 	/*
 	 * SSL_free() drops the session of a connection that did not send
 	 * close_notify from the cache, so that it cannot be resumed; a client
@@ -429,12 +478,37 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
+/* --allow-client for a client that reaches us through a relay (QUERY "for"). */
+static int for_allowed(const struct server *s, const char *who)
+{
+	for (size_t i = 0; i < s->o->nallow; i++)
+		if (!fnmatch(s->o->allow[i], who, 0))
+			return 1;
+	return !s->o->nallow;
+}
+
 static void start_query(struct conn *c, const struct wire_query *m)
 {
 	struct server *s = c->srv;
-	char msg[128];
+	char msg[640], esc[256];
 	int running;
 
+	/*
+	 * A relay says whom it asks for: that client must pass --allow-client as
+	 * if it had come to us directly (its certificate name; the relay's own
+	 * certificate passed at the handshake). A direct client naming someone
+	 * else only narrows what it may do.
+	 */
+	if (m->on_behalf && !for_allowed(s, m->on_behalf)) {
+		log_escape(esc, sizeof(esc), m->on_behalf, 200);
+		log_line("query peer=%s for=%s addr=%s tls=%s id=%llu rows=0 bytes=0 ms=0 "
+			 "status=auth error=\"client not allowed here (--allow-client)\"",
+			 c->id[0] ? c->id : "-", esc, c->addr, c->tls, (unsigned long long)m->id);
+		snprintf(msg, sizeof(msg), "client '%s', through relay '%s', is not allowed by "
+			 "this agent's --allow-client", esc, c->id[0] ? c->id : "-");
+		send_end(c, m->id, WIRE_E_AUTH, msg);
+		return;
+	}
 	if (s->draining) {
 		log_line("query peer=%s addr=%s tls=%s id=%llu rows=0 bytes=0 ms=0 status=shutdown",
 			 c->id[0] ? c->id : "-", c->addr, c->tls, (unsigned long long)m->id);
@@ -483,8 +557,27 @@ static void process_input(struct conn *c)
 		}
 		need = WIRE_HDR_LEN +
 		       ((size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3]);
+		if (need > FRAME_SMALL && need > c->frame_held) {
+			struct server *s = c->srv;
+			int64_t more = (int64_t)(need - c->frame_held);
+
+			if (s->frame_held + more > s->o->frame_mem) {
+				log_line("client %s (%s): frame of %zu bytes refused: %lld of "
+					 "--frame-mem %lld bytes held by other sessions' frames",
+					 c->addr, c->id[0] ? c->id : "-", need,
+					 (long long)s->frame_held, (long long)s->o->frame_mem);
+				send_error(c, WIRE_E_BUSY,
+					   "agent busy: its memory for large frames is taken by "
+					   "other sessions (--frame-mem %lld MiB); retry later",
+					   (long long)(s->o->frame_mem >> 20));
+				return;
+			}
+			s->frame_held += more;
+			c->frame_held = need;
+			bufferevent_setwatermark(c->bev, EV_READ, 0, need);
+		}
 		if (avail < need) {
-			/* Wait for the rest, but a waiting QUERY must not pile up input forever. */
+			/* Wait for the rest; the read watermark keeps anything after it out. */
 			break;
 		}
 		p = evbuffer_pullup(in, (ev_ssize_t)need);
@@ -546,8 +639,10 @@ static void process_input(struct conn *c)
 			break;
 		}
 		wire_msg_release(&msg);
-		if (c->state == CONN_READY)
+		if (c->state == CONN_READY) {
 			evbuffer_drain(in, flen);
+			frame_release(c);
+		}
 	}
 }
 
@@ -585,6 +680,8 @@ static void on_handshake(struct conn *c)
 	}
 	c->tls = SSL_session_reused(c->ssl) ? "resumed" : "full";
 	c->accepted = 1;
+	/* Counted now, not at accept: handshakes in flight must not fill the sessions. */
+	c->over_cap = s->nconns - s->npending > s->o->max_conns;
 	if (c->over_cap) {
 		refuse_busy(c);
 		return;
@@ -593,6 +690,15 @@ static void on_handshake(struct conn *c)
 	send_hello(c);
 	arm_timer(c, s->o->idle_timeout_s);
 	process_input(c);
+}
+
+/* Leaves CONN_HANDSHAKE (whatever comes next). */
+static void handshake_done(struct conn *c)
+{
+	if (c->state == CONN_HANDSHAKE) {
+		c->srv->npending--;
+		c->state = CONN_READY;
+	}
 }
 
 static void read_cb(struct bufferevent *bev, void *arg)
@@ -641,8 +747,10 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 	char why[256];
 
 	if (what & BEV_EVENT_CONNECTED) {
-		if (c->state == CONN_HANDSHAKE)
+		if (c->state == CONN_HANDSHAKE) {
+			handshake_done(c);
 			on_handshake(c);
+		}
 		return;
 	}
 	if (c->state == CONN_HANDSHAKE) {
@@ -658,17 +766,97 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 	conn_free(c);
 }
 
+/* What --max-conns-per-source counts as one source: an IPv4 address, an IPv6 /64. */
+static void source_key(const struct sockaddr *sa, unsigned char key[8])
+{
+	memset(key, 0, 8);
+	if (sa->sa_family == AF_INET) {
+		memcpy(key, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+		if (IN6_IS_ADDR_V4MAPPED(a))
+			memcpy(key, a->s6_addr + 12, 4);
+		else
+			memcpy(key, a->s6_addr, 8);
+	}
+}
+
+static void shed_log(struct server *s)
+{
+	int64_t now = clock_ns(CLOCK_MONOTONIC);
+
+	if (now - s->shed_log_ns < 1000000000)
+		return;
+	if (s->shed_src)
+		log_line("closed %lu connections at once: over --max-conns-per-source %d",
+			 s->shed_src, s->o->max_per_source);
+	if (s->shed_hs)
+		log_line("closed %lu unfinished tls handshakes to make room: over "
+			 "--max-handshakes %d",
+			 s->shed_hs, s->o->max_handshakes);
+	s->shed_log_ns = now;
+	s->shed_src = s->shed_hs = 0;
+}
+
+/*
+ * Before a new connection is accepted: 1 when its source has
+ * --max-conns-per-source open already (close it); else, when every handshake
+ * slot is taken, makes one by closing the oldest unfinished handshake of the
+ * source that holds the most, so that connections which never finish theirs
+ * cannot lock real clients out: a client's own handshake is evicted only by
+ * sources that hold no more than it does.
+ */
+static int shed(struct server *s, const unsigned char src[8])
+{
+	struct conn *c, *d, *victim = NULL;
+	int same = 0, most = 0;
+
+	TAILQ_FOREACH(c, &s->conns, entry)
+		same += !memcmp(c->src, src, sizeof(c->src));
+	if (same >= s->o->max_per_source) {
+		s->shed_src++;
+		shed_log(s);
+		return 1;
+	}
+	if (!s->ctx || s->npending < s->o->max_handshakes)
+		return 0;
+	/* At most --max-handshakes pending: quadratic in that, not in sessions. */
+	TAILQ_FOREACH(c, &s->conns, entry) {
+		int n = 0;
+
+		if (c->state != CONN_HANDSHAKE)
+			continue;
+		for (d = c; d; d = TAILQ_NEXT(d, entry))
+			n += d->state == CONN_HANDSHAKE && !memcmp(d->src, c->src, sizeof(c->src));
+		if (n > most) {
+			most = n;
+			victim = c;
+		}
+	}
+	if (victim) {
+		s->shed_hs++;
+		shed_log(s);
+		conn_free(victim);
+	}
+	return 0;
+}
+
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
 		      void *arg)
 {
 	struct server *s = arg;
 	struct conn *c = NULL;
 	SSL *ssl = NULL;
+	unsigned char src[8];
 	int one = 1;
 
 	if (s->draining)
 		goto fail;
-	if (s->nconns >= s->o->max_conns + REFUSE_SLACK) {
+	source_key(sa, src);
+	if (shed(s, src))
+		goto fail;
+	if (s->nconns - s->npending >= s->o->max_conns + REFUSE_SLACK) {
 		int64_t now = clock_ns(CLOCK_MONOTONIC);
 
 		s->cap_closed++;
@@ -686,7 +874,8 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		goto fail;
 	c->srv = s;
 	c->tls = s->ctx ? "full" : "none";
-	c->over_cap = s->nconns >= s->o->max_conns;
+	c->over_cap = s->nconns - s->npending >= s->o->max_conns;
+	memcpy(c->src, src, sizeof(c->src));
 	format_addr(sa, c->addr, sizeof(c->addr));
 	/* Small frames (HELLO, PONG) carry clock samples: send them at once. */
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -711,10 +900,13 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	}
 	bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
 	bufferevent_setwatermark(c->bev, EV_WRITE, QUERY_LOW_WATER, 0);
+	bufferevent_setwatermark(c->bev, EV_READ, 0, FRAME_SMALL);
 	evtimer_assign(&c->timer, s->base, timer_cb, c);
 	event_assign(&c->wake, s->base, -1, 0, wake_cb, c);
 	TAILQ_INSERT_TAIL(&s->conns, c, entry);
 	s->nconns++;
+	if (c->state == CONN_HANDSHAKE)
+		s->npending++;
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	if (c->state == CONN_HANDSHAKE) {
 		arm_timer(c, s->o->handshake_timeout_s);
@@ -882,9 +1074,15 @@ struct server *server_new(const struct server_opts *o, char **cause)
 	s->pool.max_rows = o->max_rows;
 	s->pool.max_bytes = o->max_bytes;
 	s->pool.timeout_ms = o->timeout_ms;
+	s->pool.query_mem = o->query_mem;
+	s->pool.query_mem_total = o->query_mem_total;
 	s->pool.relay_ca = o->ca;
 	s->pool.relay_cert = o->cert;
 	s->pool.relay_key = o->key;
+	s->pool.relay_node = o->node;
+	s->pool.relay_max_dial = o->relay_max_dial;
+	s->pool.relay_allow = o->relay_allow;
+	s->pool.nrelay_allow = o->nrelay_allow;
 
 	if (o->cert) {
 		s->ctx = tls_ctx_new(o->ca, o->cert, o->key, cause);
@@ -936,6 +1134,7 @@ struct server *server_new(const struct server_opts *o, char **cause)
 	getsockname(evconnlistener_get_fd(s->listener), (struct sockaddr *)&ss, &sl);
 	port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 					      : ((struct sockaddr_in *)&ss)->sin_port);
+	s->pool.self_port = port;
 	if (o->port_file) {
 		err = -write_port_file(o->port_file, port, cause);
 		if (err)

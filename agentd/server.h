@@ -21,12 +21,19 @@ struct server_opts {
 	size_t nallow;
 	const char *node; /* name HELLO reports */
 	int64_t max_rows, max_bytes, timeout_ms;
+	int64_t query_mem, query_mem_total; /* bytes: SQLite memory of one query, of all */
 	int max_queries;
 	int idle_timeout_s;
 	int handshake_timeout_s;
 	int max_conns;	       /* sessions at once; past it new ones get ERROR BUSY */
+	int max_handshakes;    /* TLS handshakes at once; past it the oldest is closed */
+	int max_per_source;    /* connections from one address (IPv6: one /64) */
+	int64_t frame_mem;     /* bytes all sessions' frames over 64 KiB may hold together */
 	int drain_timeout_s;   /* SIGTERM: how long running queries may finish */
 	const char *port_file; /* written with the bound port once listening */
+	int relay_max_dial;    /* peers a relay dials itself per query */
+	const char *const *relay_allow; /* fnmatch patterns for hosts a relay may dial */
+	size_t nrelay_allow;
 	struct tracer *tracer; /* NULL: no tracer (drops/lag reported as 0) */
 };
 

@@ -40,6 +40,7 @@
 
 #include "fqsql.h"
 #include "store.h"
+#include "store_file.h"
 
 #define DEFAULT_BATCH_ROWS 8192
 #define DEFAULT_BATCH_MS 200
@@ -1336,16 +1337,17 @@ static int store_open_db(struct store *s, const struct store_opts *o, char **cau
 /*
  * Renames a trace file of an older schema (and its -wal, -shm) to the first free
  * "<path>.v<version>[.<n>]": its rows stay readable there, and the new file never
- * mixes tables of two shapes. s->db is closed first (that checkpoints the WAL).
+ * mixes tables of two shapes. The file is not opened for writing first: it
+ * moves byte for byte as it was (version from store_file_check()).
  */
-static int store_move_aside(struct store *s, const char *path, char **cause)
+static int store_move_aside(struct store *s, const char *path, int64_t version, char **cause)
 {
 	static const char *const sfx[] = { "-wal", "-shm" };
 	char to[4096], from[4096];
-	int64_t version = 0;
 	int err = 0;
 
-	exec_int(s->db, "SELECT value FROM meta WHERE key = 'schema_version'", &version);
+	if (s->db)
+		exec_int(s->db, "SELECT value FROM meta WHERE key = 'schema_version'", &version);
 	sqlite3_close(s->db);
 	s->db = NULL;
 	for (int n = 0; n < 1000; n++) {
@@ -1401,8 +1403,15 @@ static void meta_put_host_id(struct store *s)
 
 static int store_setup_db(struct store *s, const struct store_opts *o, char **cause)
 {
+	int64_t version;
 	int rc, err;
 
+	/* Before the first write: a user's file is refused, an old trace moved aside unchanged. */
+	err = store_file_check(o->path, &version, cause);
+	if (err == -ESTALE)
+		err = store_move_aside(s, o->path, version, cause);
+	if (err)
+		return err;
 	err = store_open_db(s, o, cause);
 	if (err)
 		return err;
@@ -1412,7 +1421,7 @@ static int store_setup_db(struct store *s, const struct store_opts *o, char **ca
 			free(*cause);
 			*cause = NULL;
 		}
-		err = store_move_aside(s, o->path, cause);
+		err = store_move_aside(s, o->path, 0, cause);
 		if (!err)
 			err = store_open_db(s, o, cause);
 		if (!err)

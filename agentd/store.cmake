@@ -9,6 +9,7 @@ set(FLEETQ_STORE_ROOT ${CMAKE_CURRENT_LIST_DIR}/..)
 
 add_library(agentd_store STATIC
   ${CMAKE_CURRENT_LIST_DIR}/store.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_file.c
   ${CMAKE_CURRENT_LIST_DIR}/ib.c
   ${CMAKE_CURRENT_LIST_DIR}/syncwait.c
   ${CMAKE_CURRENT_LIST_DIR}/nvml.c)
@@ -18,7 +19,7 @@ target_link_libraries(agentd_store PUBLIC fq_sql PkgConfig::SQLITE3 Threads::Thr
 
 # Tests live in tests/agentd/store/ but are registered here, next to the library.
 set(store_test_dir ${FLEETQ_STORE_ROOT}/tests/agentd/store)
-foreach(t store ib store_diskfull syncwait)
+foreach(t store ib store_diskfull syncwait store_userfile)
   add_executable(test_agentd_${t} ${store_test_dir}/test_${t}.c)
   target_link_libraries(test_agentd_${t} PRIVATE agentd_store)
   add_test(NAME agentd_${t} COMMAND test_agentd_${t})

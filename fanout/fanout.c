@@ -725,6 +725,7 @@ static void send_query(struct node *n)
 		/* ... and gives them the time to HELLO we give ours. */
 		q.connect_ms = p->connect_timeout_ms > 0 ? p->connect_timeout_ms : 0;
 	}
+	q.on_behalf = p->on_behalf;
 
 	/* A window start on our clock, moved onto this node's. */
 	if (p->clock_param && p->clock_param <= p->nparams &&
@@ -1326,10 +1327,11 @@ static void tls_error(struct node *n, char *buf, size_t len)
 	if (vr != X509_V_OK)
 		snprintf(buf, len, "agent certificate not accepted: %s",
 			 X509_verify_cert_error_string(vr));
-	else if (e && ERR_reason_error_string(e))
+	else if (e && ERR_GET_LIB(e) != ERR_LIB_SYS && ERR_reason_error_string(e))
 		snprintf(buf, len, "%s", ERR_reason_error_string(e));
-	else if (e)
-		snprintf(buf, len, "TLS protocol error (does the agent serve plaintext?)");
+	else if (e) /* libevent's SSL_ERROR_SYSCALL, or a reset: the agent closed on us */
+		snprintf(buf, len, "agent closed the connection (busy, or limiting this address: "
+			 "see its log)");
 	else if (EVUTIL_SOCKET_ERROR())
 		snprintf(buf, len, "%s", strerror(EVUTIL_SOCKET_ERROR()));
 	else

@@ -53,6 +53,8 @@ struct fanout_params {
 	 * splits again when it has more than W). Coverage stays per host.
 	 */
 	int tree_width;
+	/* A relay: the client it forwards for, sent as QUERY "for" (NULL: none). */
+	const char *on_behalf;
 	/* NULL: rows go to the merge, outcomes to the coverage. Else to the sink
 	 * (agentd's relay), and fanout_run() takes NULL for both. */
 	const struct fanout_sink *sink;

@@ -41,6 +41,30 @@ int fqsql_register(sqlite3 *db);
 int fqsql_init_process(void);
 
 /*
+ * Per-thread memory budgets for SQLite (fqsql_mem.c). fqsql_mem_install()
+ * replaces SQLite's allocator; call it in main() before SQLite is used.
+ * total > 0 bounds all open budgets together. Between fqsql_mem_begin() and
+ * fqsql_mem_end() every SQLite allocation on the calling thread is charged to
+ * a budget of limit bytes; one that would pass it (or total, or comes after
+ * deadline_ns, 0 = none) fails, which SQLite reports as SQLITE_NOMEM for that
+ * statement. Threads without a budget (a writer) are never refused.
+ */
+enum fqsql_mem_hit { FQSQL_MEM_QUERY = 1, FQSQL_MEM_TOTAL, FQSQL_MEM_DEADLINE, FQSQL_MEM_STOPPED };
+struct fqsql_budget;
+int fqsql_mem_install(int64_t total);
+int fqsql_mem_begin(int64_t limit, int64_t deadline_ns); /* 0, -EINVAL, -ENOMEM */
+void fqsql_mem_set_deadline(int64_t deadline_ns);
+int fqsql_mem_hit(void);      /* 0 or the enum fqsql_mem_hit that refused an allocation */
+int64_t fqsql_mem_peak(void); /* most bytes the open budget held at once */
+void fqsql_mem_end(void);
+int64_t fqsql_mem_total(void); /* bytes charged to budgets, open or not, now */
+/* The calling thread's open budget (NULL: none), for fqsql_mem_stop() from another thread. */
+struct fqsql_budget *fqsql_mem_current(void);
+/* Any thread: b's next allocations fail (FQSQL_MEM_STOPPED), as past a deadline. b must
+ * still be open: the caller keeps it from fqsql_mem_end() meanwhile. */
+void fqsql_mem_stop(struct fqsql_budget *b);
+
+/*
  * Creates (IF NOT EXISTS) the trace schema and records schema_version in meta.
  * A file of an older schema version is left as it is: -ESTALE (a writer moves
  * it aside and starts a new file); a newer one: -ENOTSUP.

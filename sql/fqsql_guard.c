@@ -367,8 +367,13 @@ int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite
 	}
 	set_limits(db, lim);
 	sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
-	/* query_only first: the authorizer installed below would deny this PRAGMA too */
-	if (sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, &err) != SQLITE_OK) {
+	/*
+	 * query_only first: the authorizer installed below would deny this PRAGMA
+	 * too. Temporary tables and sorts stay in memory, where a memory budget
+	 * (fqsql_mem_begin) bounds them, rather than spill to /var/tmp unbounded.
+	 */
+	if (sqlite3_exec(db, "PRAGMA query_only = 1; PRAGMA temp_store = MEMORY", NULL, NULL,
+			 &err) != SQLITE_OK) {
 		ret = set_cause(cause, -EIO, "cannot make '%s' read-only: %s", path, err);
 		goto fail;
 	}

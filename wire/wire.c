@@ -497,6 +497,7 @@ int wire_put_query(struct wire_buf *out, const struct wire_query *q)
 		enc_int(&e, "pings", q->pings);
 	if (q->connect_ms)
 		enc_int(&e, "connect_ms", q->connect_ms);
+	enc_str(&e, "for", q->on_behalf);
 	return enc_end(&e);
 }
 
@@ -1425,6 +1426,7 @@ static int decode_query(struct wire_priv *pv, struct rd *r, struct wire_query *q
 		{ "clock_param", F_INT, false, &q->clock_param, NULL },
 		{ "pings", F_INT, false, &q->pings, NULL },
 		{ "connect_ms", F_INT, false, &q->connect_ms, NULL },
+		{ "for", F_STR, false, &q->on_behalf, NULL },
 	};
 	int err = decode_map(pv, r, f, NFIELDS(f), "QUERY", cause);
 

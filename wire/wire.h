@@ -128,6 +128,10 @@ struct wire_query {
 	/* Relay: ms the relay gives each leaf from connect to HELLO (the requester's own
 	 * connect timeout); 0 = the relay's default. */
 	int64_t connect_ms;
+	/* "for": the identity of the client a relay forwards for (the certificate name
+	 * the first relay verified); an agent serves the query only if that client
+	 * would be served directly. NULL: the sender asks for itself. */
+	const char *on_behalf;
 };
 
 struct wire_end {

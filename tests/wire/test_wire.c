@@ -218,7 +218,7 @@ static void test_query(void)
 	struct wire_query q = {
 		.id = UINT64_MAX, .sql = "SELECT rank, p99(dur_ns) FROM collectives WHERE x > ?",
 		.nparams = 5, .params = params, .max_rows = 1000000, .max_bytes = 1 << 30,
-		.timeout_ms = 30000, .npeers = 2, .peers = peers,
+		.timeout_ms = 30000, .npeers = 2, .peers = peers, .on_behalf = "ops-alice",
 	};
 	struct wire_buf b;
 	struct wire_msg m;
@@ -247,6 +247,7 @@ static void test_query(void)
 		CHECK_EQ(d->npeers, 2);
 		CHECK_STR(d->peers[0], "node-a:7411");
 		CHECK_STR(d->peers[1], "node-b:7411");
+		CHECK_STR(d->on_behalf, "ops-alice");
 		wire_msg_release(&m);
 	}
 	/* minimal query: optional keys default to 0 / NULL */
@@ -259,6 +260,7 @@ static void test_query(void)
 		CHECK_EQ(m.u.query.npeers, 0);
 		CHECK_EQ(m.u.query.max_rows, 0);
 		CHECK(m.u.query.peers == NULL);
+		CHECK(m.u.query.on_behalf == NULL);
 		wire_msg_release(&m);
 	}
 	CHECK_EQ(wire_put_query(&b, &(struct wire_query){ .id = 7 }), -EINVAL);
