@@ -521,8 +521,8 @@ int main(int argc, char **argv)
 	}
 	if (server_parse_listen(so.listen, &ss, &sslen)) {
 		fprintf(stderr,
-			"agentd: cannot parse --listen '%s'; use ADDR:PORT, e.g. 0.0.0.0:7117 "
-			"or [::]:7117\n",
+			"agentd: cannot parse --listen '%s'; use ADDR:PORT, e.g. 0.0.0.0:7077 "
+			"or [::]:7077\n",
 			so.listen);
 		return 2;
 	}

@@ -1109,8 +1109,8 @@ struct server *server_new(const struct server_opts *o, char **cause)
 	if (server_parse_listen(o->listen, &ss, &len)) {
 		err = EINVAL;
 		if (asprintf(cause,
-			     "cannot parse --listen '%s'; use ADDR:PORT, e.g. 0.0.0.0:7117 "
-			     "or [::]:7117",
+			     "cannot parse --listen '%s'; use ADDR:PORT, e.g. 0.0.0.0:7077 "
+			     "or [::]:7077",
 			     o->listen) < 0)
 			*cause = NULL;
 		goto fail;
@@ -1118,7 +1118,7 @@ struct server *server_new(const struct server_opts *o, char **cause)
 	/* Relay peers named without a port are dialled on ours. */
 	s->pool.relay_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
 	if (!s->pool.relay_port)
-		s->pool.relay_port = 7117;
+		s->pool.relay_port = 7077;
 	s->listener = evconnlistener_new_bind(s->base, accept_cb, s,
 					      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
 						      LEV_OPT_CLOSE_ON_EXEC,

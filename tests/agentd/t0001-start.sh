@@ -20,7 +20,7 @@ refuse() {
 
 refuse 'allowed only on loopback' --listen 0.0.0.0:0 --db "$T/trace.db" --insecure --no-trace
 refuse 'allowed only on loopback' --listen '[::]:0' --db "$T/trace.db" --insecure --no-trace
-refuse 'allowed only on loopback' --listen 10.1.2.3:7117 --db "$T/trace.db" --insecure --no-trace \
+refuse 'allowed only on loopback' --listen 10.1.2.3:7077 --db "$T/trace.db" --insecure --no-trace \
 	--ca "$C/ca.crt" --cert "$C/localhost.crt" --key "$C/localhost.key"
 refuse '--ca, --cert and --key are all required' --listen 127.0.0.1:0 --db "$T/trace.db" --no-trace
 refuse '--ca, --cert and --key are all required' --listen 127.0.0.1:0 --db "$T/trace.db" \
