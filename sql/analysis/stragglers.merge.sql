@@ -72,7 +72,8 @@ full AS (
 -- runs repeats: seq s and s + p ran the same op on as many elements, and the first arrival's
 -- gap to the next seq is alike (within a quarter), for 90 % of the span. Gradient buckets of
 -- one size still show their step: the gap before the first bucket of a step is the forward
--- pass. Nothing repeating: the best period found, else 1 (the mean gap between collectives)
+-- pass. Where noise keeps every period under 90 %: the smallest period within 5 points of
+-- the best (a multiple of the step matches as well as the step), else 1 (the mean gap)
 pk(p) AS (SELECT 1 UNION ALL SELECT p + 1 FROM pk WHERE p < 64),
 fg AS (
 	SELECT a.comm_hash, a.seq, a.op, a.cnt, b.t_first - a.t_first AS gap
@@ -86,12 +87,15 @@ per AS (
 	FROM fg a CROSS JOIN pk JOIN fg b ON b.comm_hash = a.comm_hash AND b.seq = a.seq + pk.p
 	GROUP BY a.comm_hash, pk.p
 ),
+pbest AS (
+	SELECT comm_hash, max(m) AS best FROM per WHERE k >= 2 * p GROUP BY comm_hash
+),
 period AS (
-	SELECT comm_hash,
-	       coalesce(min(p) FILTER (WHERE m >= 0.9 AND k >= 2 * p),
-			(SELECT q.p FROM per q WHERE q.comm_hash = per.comm_hash AND q.m >= 0.5
-			 ORDER BY q.m DESC, q.p LIMIT 1), 1) AS p
-	FROM per GROUP BY comm_hash
+	SELECT per.comm_hash,
+	       coalesce(min(per.p) FILTER (WHERE per.m >= 0.9 AND per.k >= 2 * per.p),
+			min(per.p) FILTER (WHERE per.m >= b.best - 0.05 AND per.m >= 0.5
+					   AND per.k >= 2 * per.p), 1) AS p
+	FROM per JOIN pbest b USING (comm_hash) GROUP BY per.comm_hash
 ),
 -- each node's time and host, once per node (a subquery per 'last' row would scan results
 -- each time); a node that tells no host is a host of its own
