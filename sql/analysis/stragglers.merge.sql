@@ -58,13 +58,29 @@ rk AS (
 nr AS (
 	SELECT comm_hash, count(*) AS n FROM rk GROUP BY comm_hash
 ),
+-- each node's time and host, once per node (a subquery per 'last' row would scan results
+-- each time); a node that tells no host is a host of its own
+nowr AS (
+	SELECT node, max(ts_ns) AS now_ns, coalesce(max(host), node) AS host
+	FROM results WHERE kind = 'now' GROUP BY node
+),
+-- the clock offset that applies to each node: nodes of one host read one clock, so they all
+-- take the offset of its best-sampled node (no noise between them); a node without a clock
+-- row keeps none (its lateness is then of unknown uncertainty: see cs.clock_err)
+koff AS (
+	SELECT k.node, k.rtt_ns,
+	       coalesce((SELECT k2.offset_ns FROM nowr w2 JOIN clock k2 ON k2.node = w2.node
+			 WHERE w2.host = w.host ORDER BY k2.rtt_ns, k2.node LIMIT 1),
+			k.offset_ns) AS offset_ns
+	FROM clock k LEFT JOIN nowr w ON w.node = k.node
+),
 -- seqs every answering rank of the communicator reached, who arrived first, and what ran
 -- there, from the nodes' 'seq' rows (their earliest enqueue and how many ranks enqueued it)
 full AS (
 	SELECT g.comm_hash, g.seq, g.t_first, g.op, g.cnt
 	FROM (SELECT s.comm_hash, s.seq, min(s.ts_ns - coalesce(k.offset_ns, 0)) AS t_first,
 		     sum(s.n) AS k, max(s.op) AS op, max(s.count) AS cnt
-	      FROM results s LEFT JOIN clock k ON k.node = s.node
+	      FROM results s LEFT JOIN koff k ON k.node = s.node
 	      WHERE s.kind = 'seq' GROUP BY s.comm_hash, s.seq) g
 	JOIN nr ON nr.comm_hash = g.comm_hash AND nr.n = g.k
 ),
@@ -97,12 +113,6 @@ period AS (
 					   AND per.k >= 2 * per.p), 1) AS p
 	FROM per JOIN pbest b USING (comm_hash) GROUP BY per.comm_hash
 ),
--- each node's time and host, once per node (a subquery per 'last' row would scan results
--- each time); a node that tells no host is a host of its own
-nowr AS (
-	SELECT node, max(ts_ns) AS now_ns, coalesce(max(host), node) AS host
-	FROM results WHERE kind = 'now' GROUP BY node
-),
 -- per host, who of its ranks arrived first: one clock, no offset
 hfull AS (
 	SELECT s.comm_hash, coalesce(w.host, s.node) AS host, s.seq, min(s.ts_ns) AS t_host
@@ -122,7 +132,7 @@ ra AS (
 		FROM json_each(x.by_seq) j CROSS JOIN full f
 		WHERE f.seq = j.key + 0 AND f.comm_hash = x.comm_hash) AS a,
 	       (SELECT median(value) FROM json_each(x.gap_list)) AS gap
-	FROM rk x LEFT JOIN clock k ON k.node = x.node LEFT JOIN nowr w ON w.node = x.node
+	FROM rk x LEFT JOIN koff k ON k.node = x.node LEFT JOIN nowr w ON w.node = x.node
 ),
 r AS (
 	SELECT comm_hash, node, rank, pid, nranks, rtt_ns, clocked, gap, host,
@@ -270,7 +280,7 @@ flags AS (
 lastr AS (
 	SELECT l.node, l.comm_hash, l.rank, l.pid, l.nranks, l.seq, l.ts_ns, w.now_ns,
 	       l.ts_ns - coalesce(k.offset_ns, 0) AS t
-	FROM results l LEFT JOIN nowr w ON w.node IS l.node LEFT JOIN clock k ON k.node = l.node
+	FROM results l LEFT JOIN nowr w ON w.node IS l.node LEFT JOIN koff k ON k.node = l.node
 	WHERE l.kind = 'last'
 ),
 lc AS (
