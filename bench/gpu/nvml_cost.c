@@ -3,7 +3,7 @@
  * The NVML sampler alone, on a real GPU node: prints every field of one
  * sample of each GPU, the processes given as pids mapped to GPUs, and the
  * cost of one sample of every GPU over N samples. No agentd, no store: the
- * sampler's thread is not used (its store calls are stubbed below).
+ * sampler's thread is not used (its store calls are replaced below by ones that count).
  * build: cc -D_GNU_SOURCE -std=gnu11 -O2 -Iagentd bench/gpu/nvml_cost.c agentd/nvml.c -ldl
  *        -lpthread -o nvml_cost
  * usage: nvml_cost [SAMPLES] [PID...]
