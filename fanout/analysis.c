@@ -492,6 +492,17 @@ void an_seen_release(struct an_seen *s)
 	memset(s, 0, sizeof(*s));
 }
 
+/* Prepares head || where || tail into *st; an SQLite result code. */
+static int prepare_where(sqlite3 *db, const char *head, const char *where, const char *tail,
+			 sqlite3_stmt **st)
+{
+	char *sql = sqlite3_mprintf("%s%s%s", head, where, tail);
+	int rc = sql ? sqlite3_prepare_v2(db, sql, -1, st, NULL) : SQLITE_NOMEM;
+
+	sqlite3_free(sql);
+	return rc;
+}
+
 /*
  * What the node rows cover, apart from the verdicts: which ranks of which
  * communicators answered, and the first communicator that declares more
@@ -506,16 +517,13 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 	const char *in = netcheck ? "source = 'span'" : "kind = 'rank'";
 	sqlite3_stmt *st = NULL;
 	const unsigned char *c;
-	char *sql;
 	int rc;
 
 	memset(s, 0, sizeof(*s));
-	sql = sqlite3_mprintf("SELECT count(*), count(DISTINCT comm_hash) FROM (SELECT DISTINCT "
-			      "comm_hash, rank FROM results WHERE %s AND comm_hash IS NOT NULL AND "
-			      "rank IS NOT NULL)",
-			      in);
-	rc = sql ? sqlite3_prepare_v2(db, sql, -1, &st, NULL) : SQLITE_NOMEM;
-	sqlite3_free(sql);
+	rc = prepare_where(db,
+			   "SELECT count(*), count(DISTINCT comm_hash) FROM (SELECT DISTINCT "
+			   "comm_hash, rank FROM results WHERE ",
+			   in, " AND comm_hash IS NOT NULL AND rank IS NOT NULL)", &st);
 	if (rc == SQLITE_NOMEM)
 		return -ENOMEM;
 	if (rc != SQLITE_OK)
@@ -528,13 +536,10 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 	s->comms = sqlite3_column_int(st, 1);
 	sqlite3_finalize(st);
 	/* A rank answers once per communicator, on whichever node and pid it ran. */
-	sql = sqlite3_mprintf("SELECT comm_hash, count(DISTINCT rank), max(nranks) FROM results "
-			      "WHERE %s AND comm_hash IS NOT NULL AND rank IS NOT NULL "
-			      "GROUP BY comm_hash HAVING count(DISTINCT rank) < max(nranks) "
-			      "ORDER BY comm_hash",
-			      in);
-	rc = sql ? sqlite3_prepare_v2(db, sql, -1, &st, NULL) : SQLITE_NOMEM;
-	sqlite3_free(sql);
+	rc = prepare_where(db, "SELECT comm_hash, count(DISTINCT rank), max(nranks) FROM results "
+			   "WHERE ", in,
+			   " AND comm_hash IS NOT NULL AND rank IS NOT NULL GROUP BY comm_hash "
+			   "HAVING count(DISTINCT rank) < max(nranks) ORDER BY comm_hash", &st);
 	if (rc == SQLITE_NOMEM)
 		return -ENOMEM;
 	if (rc != SQLITE_OK)
