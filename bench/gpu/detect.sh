@@ -44,7 +44,7 @@ start_agents() { # tag
 	for i in $(seq 0 $((n - 1))); do
 		rm -f "/tmp/fq-$tag$i.db"* "/tmp/fq-$tag$i.port"
 		"$bin/agentd" --listen 127.0.0.1:0 --insecure --port-file "/tmp/fq-$tag$i.port" \
-			--node "rank$i" --db "/tmp/fq-$tag$i.db" --cgroup "$cg/node$i" \
+			--node "rank$i" --db "/tmp/fq-$tag$i.db" --cgroup "$cg/node$i" ${AGENTD_ARGS:-} \
 			2>"$out/$tag-agent$i.log" &
 		pids+=($!)
 	done
@@ -70,30 +70,109 @@ export FQ_ANALYZE='
 	head -n 12 "$FQ_OUT/p/$FQ_PHASE.txt"
 	exit $rc'
 export FQ_BIN=$bin FQ_OUT=$out
+PYTHON_TTD=${PYTHON_TTD:-$py}
+
+counts() { # tag: trace completeness of the tag's agents
+	"$bin/fleetq" -w "$HOSTS" --insecure "SELECT (SELECT count(*) FROM nccl_kernels) AS kernels,
+		(SELECT count(*) FROM collectives) AS colls,
+		(SELECT count(*) FROM collectives WHERE op IN ('Send', 'Recv')) AS p2p,
+		(SELECT count(*) FROM comms WHERE nccl_hash IS NOT NULL) AS comms_hashed,
+		(SELECT count(*) FROM nccl_kernels WHERE comm_hash IS NOT NULL) AS kernels_joined,
+		(SELECT value FROM meta WHERE key = 'ring_drops') AS ring_drops" --format tsv \
+		>"$out/$1-counts.tsv" 2>&1
+	cat "$out/$1-counts.tsv"
+}
+
+keep_traces() { # tag: the agents' trace files, for studying here (KEEP_TRACES=0: not)
+	[ "${KEEP_TRACES:-1}" = 1 ] || return 0
+	tar -C /tmp -czf "$out/$1-traces.tgz" $(cd /tmp && ls "fq-$1"*.db 2>/dev/null)
+}
 export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so
 
-phases_ddp=${PHASES_DDP:-clean1=clean,stall20=stall:20,busy20=busy:20,gpu20=gpu:20,stall10=stall:10,busy10=busy:10,gpu10=gpu:10,clean2=clean,stall20s20=stall:20/s20,busy20s20=busy:20/s20,gpu20s20=gpu:20/s20,clean3=clean/s20,stall10s20=stall:10/s20,busy10s20=busy:10/s20,gpu10s20=gpu:10/s20,stall5=stall:5,gpu5=gpu:5,clean4=clean}
+phases_ddp=${PHASES_DDP:-clean1=clean,stall20=stall:20,busy20=busy:20,gpu20=gpu:20,stall10=stall:10,busy10=busy:10,gpu10=gpu:10,clean2=clean,stall20s20=stall:20/s20,busy20s20=busy:20/s20,gpu20s20=gpu:20/s20,clean3=clean/s20,stall10s20=stall:10/s20,busy10s20=busy:10/s20,gpu10s20=gpu:10/s20,stall5=stall:5,gpu5=gpu:5,clean4=clean,busy5=busy:5,clean5=clean/s20,clean6=clean,clean7=clean/s20}
+phases_pipeline=${PHASES_PIPELINE:-pclean1=clean,pstall20=stall:20,pbusy20=busy:20,pgpu20=gpu:20,pgpu10=gpu:10,pstall10=stall:10,pclean2=clean}
+phases_blocking=${PHASES_BLOCKING:-bclean1=clean,bstall20=stall:20,bbusy20=busy:20,bgpu20=gpu:20,bgpu10=gpu:10,bclean2=clean}
+phases_loaded=${PHASES_LOADED:-lclean1=clean,lclean2=clean/s20,lgpu20=gpu:20,lclean3=clean,lstall20=stall:20,lclean4=clean/s20,lclean5=clean,lclean6=clean/s20}
+phases_ttd=${PHASES_TTD:-tgpu20=gpu:20@0.34,tstall20=stall:20@0.34,tbusy20=busy:20@0.34,tgpu10=gpu:10@0.34}
 phases_fsdp=${PHASES_FSDP:-fclean1=clean,fstall20=stall:20,fgpu20=gpu:20,fbusy20=busy:20,fclean2=clean,fstall10=stall:10,fgpu10=gpu:10,fbusy10=busy:10,fstall20s20=stall:20/s20,fgpu20s20=gpu:20/s20,fclean3=clean}
 printf "phase\tplanted\tfleetq_rc\tnamed (effect)\tsignals\n" >"$out/summary.tsv"
 
 for w in $what; do
 	case $w in
-	ddp | fsdp)
-		start_agents "$w"
+	ddp | fsdp | pipeline | blocking | loaded)
+		shape=$w
 		eval "ph=\$phases_$w"
-		timeout 420 "$py" -m torch.distributed.run --standalone --nproc_per_node="$n" \
-			"$here/train.py" --shape "$w" --cgroup-parent "$cg" --steps "$steps" \
-			--phases "$ph" --out "$out/$w-phases.jsonl" >"$out/$w-torch.log" 2>&1
+		case $w in
+		blocking) shape=ddp ;;
+		loaded) shape=ddp ;;
+		esac
+		start_agents "$w"
+		hogs=()
+		if [ $w = loaded ]; then
+			# a loaded machine: one CPU hog per core, outside the job's cgroups
+			for _ in $(seq "$(nproc)"); do
+				timeout 400 sh -c 'while :; do :; done' &
+				hogs+=($!)
+			done
+		fi
+		(
+			[ $w = blocking ] && export CUDA_LAUNCH_BLOCKING=1
+			timeout "${JOB_TIMEOUT:-420}" "$py" -m torch.distributed.run --standalone --nproc_per_node="$n" \
+				"$here/train.py" --shape "$shape" --cgroup-parent "$cg" --steps "$steps" \
+				--phases "$ph" --out "$out/$w-phases.jsonl" >"$out/$w-torch.log" 2>&1
+		)
 		echo "$w: torchrun exit $?"
+		for h in "${hogs[@]}"; do kill "$h" 2>/dev/null; done
 		grep "^fq-train" "$out/$w-torch.log" | head -n 2
 		sleep 1
-		"$bin/fleetq" -w "$HOSTS" --insecure "SELECT (SELECT count(*) FROM nccl_kernels) AS kernels,
-			(SELECT count(*) FROM collectives) AS colls,
-			(SELECT count(*) FROM comms WHERE nccl_hash IS NOT NULL) AS comms_hashed,
-			(SELECT count(*) FROM nccl_kernels WHERE comm_hash IS NOT NULL) AS kernels_joined,
-			(SELECT value FROM meta WHERE key = 'ring_drops') AS ring_drops" --format tsv \
-			>"$out/$w-counts.tsv" 2>&1
-		cat "$out/$w-counts.tsv"
+		counts "$w"
+		stop_agents
+		keep_traces "$w"
+		;;
+	ttd)
+		# time to detection: a fault starts a third of the way into a long phase while a
+		# poller asks fleetq about the last 3 s every ~0.5 s; the planted rank writes the
+		# onset time, the poller each answer's time and first line
+		start_agents ttd
+		mkdir -p "$out/onset"
+		(
+			while [ ! -e "$out/ttd.done" ]; do
+				t0=$(date +%s.%N)
+				line=$("$bin/fleetq" -w "$HOSTS" --insecure stragglers --since 3s \
+					--max-seqs 0 2>&1 | head -n 1)
+				printf "%s\t%s\t%s\n" "$t0" "$(date +%s.%N)" "$line" >>"$out/ttd-poll.tsv"
+				sleep 0.3
+			done
+		) &
+		poller=$!
+		FQ_ANALYZE= timeout "${TTD_TIMEOUT:-300}" "$py" -m torch.distributed.run --standalone \
+			--nproc_per_node="$n" "$here/train.py" --shape ddp --cgroup-parent "$cg" \
+			--steps "${TTD_STEPS:-900}" --phases "$phases_ttd" --onset-dir "$out/onset" \
+			--out "$out/ttd-phases.jsonl" >"$out/ttd-torch.log" 2>&1
+		echo "ttd: torchrun exit $?"
+		touch "$out/ttd.done"
+		wait "$poller"
+		rm -f "$out/ttd.done"
+		"$PYTHON_TTD" - "$out" <<'PY' | tee "$out/ttd.txt"
+import json, os, re, sys
+out = sys.argv[1]
+polls = [l.rstrip("\n").split("\t", 2) for l in open(os.path.join(out, "ttd-poll.tsv"))]
+for l in open(os.path.join(out, "ttd-phases.jsonl")):
+    p = json.loads(l)
+    f = os.path.join(out, "onset", p["name"])
+    if not os.path.exists(f):
+        print(p["name"], "no onset recorded")
+        continue
+    onset = float(open(f).read())
+    end = onset + p["seconds"] * (1 - p["onset"])
+    named = [(float(b) - onset, m) for a_, b, m in polls if onset < float(b) <= end
+             and re.match(r"straggler: rank %d " % p["target"], m)]
+    before = [m for a_, b, m in polls if onset - p["seconds"] * p["onset"] < float(a_) < onset
+              and m.startswith("straggler")]
+    print("%s target %d: first named %s s after onset%s; false before onset: %d" % (
+        p["name"], p["target"], "%.2f" % named[0][0] if named else "never",
+        " (%s)" % named[0][1] if named else "", len(before)))
+PY
 		stop_agents
 		;;
 	overhead)
@@ -121,7 +200,6 @@ for w in $what; do
 done
 tar -C "$out" -czf "$out/phases.tgz" p
 rm -rf "$out/p"
-(cd "$out" && tar -czf logs.tgz --exclude=phases.tgz --exclude=summary.tsv --exclude=logs.tgz \
-	$(ls | grep -v '^\(phases.tgz\|summary.tsv\|logs.tgz\)$') && \
-	ls | grep -v '^\(phases.tgz\|summary.tsv\|logs.tgz\)$' | xargs rm -rf)
+keep='^\(phases.tgz\|summary.tsv\|logs.tgz\|.*-traces.tgz\|ttd.txt\)$'
+(cd "$out" && tar -czf logs.tgz $(ls | grep -v "$keep") && ls | grep -v "$keep" | xargs rm -rf)
 cat "$out/summary.tsv"

@@ -6,12 +6,20 @@ autograd thread, FSDP all-gathers prefetched on their own stream, sync every K s
 The model: --layers Linear(--width, --width) layers with ReLU, batch --batch, SGD, TF32.
 --shape ddp wraps it in DistributedDataParallel (one gradient bucket per layer, all-reduced
 from the autograd thread); --shape fsdp shards every layer with FSDP2 (fully_shard: an
-all-gather per layer in forward and backward, a reduce-scatter per layer in backward).
+all-gather per layer in forward and backward, a reduce-scatter per layer in backward);
+--shape pipeline splits the layers over 2 stages of world/2 data-parallel ranks each (rank =
+stage * dp + d): --micro micro-batches go forward and their gradients back between the
+stages by send/recv (GPipe order: all forwards, then all backwards), then one all-reduce of
+the stage's gradients among its dp ranks. --blocking is for the environment:
+CUDA_LAUNCH_BLOCKING=1 makes every launch, collectives included, return only when the
+kernel is done (set by the caller; noted in the output).
 
 Phases (--phases, comma-separated NAME=KIND[:PCT][/sK]): KIND is clean, stall (the main
 thread sleeps PCT% of a step before its forward), busy (it spins on the CPU for that long)
 or gpu (extra matrix products on that rank's GPU, PCT% of the GPU's step); /sK syncs every
-K steps (loss.item(); default every step). Each phase plants its fault on another rank
+K steps (loss.item(); default every step); @F starts the fault F of the way into the phase
+(0.33: after a third of its steps) and the planted rank writes the wall-clock time of the
+onset to ONSET_DIR/NAME (--onset-dir), for measuring time to detection. Each phase plants its fault on another rank
 (phase i: rank i mod world, --target overrides). The step is measured in a clean warm-up.
 
 After each phase every rank waits in a barrier while rank 0 runs the fleetq command in
@@ -24,7 +32,9 @@ import torch
 import torch.distributed as dist
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--shape", choices=["ddp", "fsdp"], default="ddp")
+ap.add_argument("--shape", choices=["ddp", "fsdp", "pipeline"], default="ddp")
+ap.add_argument("--micro", type=int, default=4, help="micro-batches a step (pipeline)")
+ap.add_argument("--onset-dir", default="")
 ap.add_argument("--layers", type=int, default=8)
 ap.add_argument("--width", type=int, default=4096)
 ap.add_argument("--batch", type=int, default=4096)
@@ -50,10 +60,19 @@ dist.init_process_group("nccl", device_id=torch.device("cuda", local))
 rank, world = dist.get_rank(), dist.get_world_size()
 
 layers = []
-for _ in range(a.layers):
+nlayers = a.layers // 2 if a.shape == "pipeline" else a.layers
+for _ in range(nlayers):
     layers += [torch.nn.Linear(a.width, a.width), torch.nn.ReLU()]
 model = torch.nn.Sequential(*layers).cuda()
-if a.shape == "ddp":
+pp_prev = pp_next = dpg = None
+if a.shape == "pipeline":
+    dp = world // 2
+    stage = rank // dp
+    groups = [dist.new_group(list(range(s * dp, (s + 1) * dp))) for s in range(2)]
+    dpg = groups[stage]
+    pp_prev = rank - dp if stage == 1 else None
+    pp_next = rank + dp if stage == 0 else None
+elif a.shape == "ddp":
     model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
 else:
     from torch.distributed.fsdp import fully_shard
@@ -68,16 +87,51 @@ extra = torch.randn(2048, 2048, device="cuda")
 
 def parse_phase(spec):
     name, _, rest = spec.partition("=")
+    rest, _, onset = rest.partition("@")
     rest, _, sync = rest.partition("/")
     kind, _, pct = rest.partition(":")
     return dict(name=name, kind=kind, pct=float(pct or 0),
-                sync=int(sync[1:]) if sync.startswith("s") else 1)
+                sync=int(sync[1:]) if sync.startswith("s") else 1,
+                onset=float(onset or 0))
 
 
 def spin(seconds):
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
+
+def pp_step():
+    """One pipeline step; returns a tensor whose .item() synchronizes."""
+    mb = a.batch // a.micro
+    held = []
+    for m in range(a.micro):
+        if pp_prev is None:
+            inp = x[m * mb:(m + 1) * mb]
+        else:
+            inp = torch.empty(mb, a.width, device="cuda")
+            dist.recv(inp, src=pp_prev)
+            inp.requires_grad_()
+        out = model(inp)
+        if pp_next is not None:
+            dist.send(out.detach().contiguous(), dst=pp_next)
+        held.append((inp, out))
+    loss = None
+    for inp, out in held:
+        if pp_next is None:
+            loss = out.square().mean()
+            loss.backward()
+        else:
+            g = torch.empty_like(out)
+            dist.recv(g, src=pp_next)
+            out.backward(g)
+        if pp_prev is not None:
+            dist.send(inp.grad.contiguous(), dst=pp_prev)
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    if dpg is not None and world // 2 > 1:
+        dist.all_reduce(flat, group=dpg)
+    return flat[:1] if loss is None else loss
 
 
 def step(i, fault, sync_every):
@@ -89,20 +143,26 @@ def step(i, fault, sync_every):
     elif kind == "gpu" and amount > 0:
         for _ in range(int(amount)):
             torch.mm(extra, extra)
-    loss = model(x).square().mean()
-    loss.backward()
+    if a.shape == "pipeline":
+        loss = pp_step()
+    else:
+        loss = model(x).square().mean()
+        loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
     if (i + 1) % sync_every == 0:
         loss.item()
 
 
-def timed(n, fault=("clean", 0), sync_every=1):
+def timed(n, fault=("clean", 0), sync_every=1, onset=0, onset_file=""):
     torch.cuda.synchronize()
     dist.barrier()
     t0 = time.perf_counter()
     for i in range(n):
-        step(i, fault, sync_every)
+        if onset and i == onset and onset_file and fault[1]:
+            with open(onset_file, "w") as f:
+                f.write("%.6f\n" % time.time())
+        step(i, fault if i >= onset else ("clean", 0), sync_every)
     torch.cuda.synchronize()
     return time.perf_counter() - t0
 
@@ -123,8 +183,10 @@ cal = torch.tensor([step_s, mm_s], device="cuda", dtype=torch.float64)
 dist.broadcast(cal, 0)
 step_s, mm_s = cal.tolist()
 if rank == 0:
-    print("fq-train: %s, %d ranks, step %.2f ms, extra matmul %.3f ms" %
-          (a.shape, world, step_s * 1e3, mm_s * 1e3), flush=True)
+    print("fq-train: %s, %d ranks, step %.2f ms, extra matmul %.3f ms%s" %
+          (a.shape, world, step_s * 1e3, mm_s * 1e3,
+           ", CUDA_LAUNCH_BLOCKING=1" if os.environ.get("CUDA_LAUNCH_BLOCKING") == "1" else ""),
+          flush=True)
 
 for idx, spec in enumerate(s for s in a.phases.split(",") if s):
     p = parse_phase(spec)
@@ -136,7 +198,9 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
         amount = round(p["pct"] / 100 * step_s / mm_s)
     fault = (p["kind"], amount if rank == target else 0)
     t0 = time.time()
-    secs = timed(a.steps, fault, p["sync"])
+    onset = int(p["onset"] * a.steps)
+    secs = timed(a.steps, fault, p["sync"], onset,
+                 os.path.join(a.onset_dir, p["name"]) if a.onset_dir else "")
     dist.barrier()
     if rank == 0:
         rec = dict(p, target=target if p["kind"] != "clean" else -1, steps=a.steps,
