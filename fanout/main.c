@@ -28,6 +28,7 @@
 #include "output.h"
 #include "params.h"
 #include "strbuf.h"
+#include "timeline.h"
 
 #ifndef FLEETQ_VERSION
 #define FLEETQ_VERSION "0"
@@ -37,6 +38,7 @@ static const char usage_text[] =
 	"usage: fleetq [OPTIONS] \"SQL\"\n"
 	"       fleetq [OPTIONS] stragglers | netcheck | ping [OPTIONS]\n"
 	"       fleetq [OPTIONS] gate --save FILE | --baseline FILE [OPTIONS]\n"
+	"       fleetq [OPTIONS] timeline [-o FILE] [OPTIONS]\n"
 	"       fleetq help | version\n"
 	"\n"
 	"Sends one read-only SQL query to agentd on every node, merges the rows into\n"
@@ -51,6 +53,8 @@ static const char usage_text[] =
 	"  netcheck                 TCP retransmits and InfiniBand errors inside slow collectives\n"
 	"  ping                     per node: round trip, clock offset, agent, trace health\n"
 	"  gate                     CI regression gate: record metrics, or compare with a baseline\n"
+	"  timeline                 the window's collectives, sync waits, off-CPU, retransmits and\n"
+	"                           GPU kernels per rank, as a Perfetto/Chrome trace (JSON)\n"
 	"  query SQL                the plain query (also without the word 'query')\n"
 	"\n"
 	"hosts:\n"
@@ -119,6 +123,12 @@ static const char usage_text[] =
 	"  --threshold Z            robust z-score that counts as deviant (default 3.5)\n"
 	"  --all                    every rank (stragglers) or every counter (netcheck)\n"
 	"  --show-sql               print the node and merge SQL with their parameters, exit\n"
+	"                           (--since, --job, --comm, --max-seqs and --show-sql apply to\n"
+	"                           timeline too)\n"
+	"\n"
+	"timeline:\n"
+	"  -o, --output FILE        write the trace to FILE (default: standard output); open it\n"
+	"                           in ui.perfetto.dev or chrome://tracing\n"
 	"\n"
 	"gate (see docs/gate.md; --since default 10m there, --job and --show-sql apply too):\n"
 	"  --save FILE              record the metrics and the fleet's shape in FILE (JSON)\n"
@@ -216,6 +226,7 @@ enum {
 	OPT_PARAM,
 	OPT_JUNIT,
 	OPT_WITH_COVERAGE,
+	OPT_OUTPUT,
 };
 
 static const struct option long_opts[] = {
@@ -258,6 +269,7 @@ static const struct option long_opts[] = {
 	{ "param", required_argument, NULL, OPT_PARAM },
 	{ "junit", required_argument, NULL, OPT_JUNIT },
 	{ "with-coverage", no_argument, NULL, OPT_WITH_COVERAGE },
+	{ "output", required_argument, NULL, OPT_OUTPUT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -269,7 +281,16 @@ static const char *opt_name(int c)
 	return "?";
 }
 
-enum cmd_id { CMD_QUERY, CMD_STRAGGLERS, CMD_NETCHECK, CMD_PING, CMD_GATE, CMD_HELP, CMD_VERSION };
+enum cmd_id {
+	CMD_QUERY,
+	CMD_STRAGGLERS,
+	CMD_NETCHECK,
+	CMD_PING,
+	CMD_GATE,
+	CMD_HELP,
+	CMD_VERSION,
+	CMD_TIMELINE,
+};
 
 /* Where an option may appear: global ones anywhere, the rest after their subcommand. */
 #define ANALYSES (1u << CMD_STRAGGLERS | 1u << CMD_NETCHECK)
@@ -282,9 +303,12 @@ static unsigned opt_cmds(int c)
 	case OPT_SINCE:
 	case OPT_JOB:
 	case OPT_SHOW_SQL:
-		return ANALYSES | 1u << CMD_GATE;
+		return ANALYSES | 1u << CMD_GATE | 1u << CMD_TIMELINE;
 	case OPT_COMM:
 	case OPT_MAX_SEQS:
+		return ANALYSES | 1u << CMD_TIMELINE;
+	case OPT_OUTPUT:
+		return 1u << CMD_TIMELINE;
 	case OPT_THRESHOLD:
 	case OPT_ALL:
 		return ANALYSES;
@@ -343,6 +367,7 @@ struct query_opts {
 	double threshold; /* < 0: the file's default */
 	int all, show_sql;
 	const char *fail_if;
+	const char *output; /* timeline -o */
 	int junit; /* --format junit */
 	/* gate */
 	struct gate_args gate;
@@ -401,7 +426,7 @@ static int parse_duration(const char *s, int64_t *ns)
 static const char *const cmd_names[] = {
 	[CMD_QUERY] = "query", [CMD_STRAGGLERS] = "stragglers", [CMD_NETCHECK] = "netcheck",
 	[CMD_PING] = "ping",   [CMD_GATE] = "gate",		[CMD_HELP] = "help",
-	[CMD_VERSION] = "version",
+	[CMD_VERSION] = "version", [CMD_TIMELINE] = "timeline",
 };
 
 /*
@@ -429,8 +454,10 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 	opterr = 0;
 	/* 0, not 1: GNU getopt starts over (a second pass, another optstring). */
 	optind = 0;
-	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:x:f:qh" : "-:w:x:f:qh", long_opts,
-				NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:x:f:o:qh" : "-:w:x:f:o:qh",
+				long_opts, NULL)) != -1) {
+		if (c == 'o')
+			c = OPT_OUTPUT;
 		if (c >= OPT_HOSTS && !(opt_cmds(c) & (cmd < 0 ? ~0u : 1u << cmd)))
 			return usage_error(
 				"option '--%s' does not apply to '%s': see fleetq --help",
@@ -439,7 +466,9 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			return usage_error("option '--%s' goes after the subcommand, e.g. fleetq "
 					   "-w HOSTS %s --%s ...",
 					   opt_name(c),
-					   opt_cmds(c) & ANALYSES ? "stragglers" : "gate",
+					   opt_cmds(c) & ANALYSES		   ? "stragglers"
+					   : opt_cmds(c) & 1u << CMD_TIMELINE ? "timeline"
+									       : "gate",
 					   opt_name(c));
 		switch (c) {
 		case 1:
@@ -604,6 +633,9 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			break;
 		case OPT_WITH_COVERAGE:
 			q->gate.with_coverage = 1;
+			break;
+		case OPT_OUTPUT:
+			q->output = optarg;
 			break;
 		case OPT_METRIC:
 			if (push(&q->gate.metrics, &q->gate.nmetrics, optarg))
@@ -988,6 +1020,7 @@ static int run(int cmd, struct query_opts *q)
 	char *sess_dir = NULL, *short_of = NULL, window[96];
 	long long fail_rows = 0;
 	int ret, err, format, analysis = cmd == CMD_STRAGGLERS || cmd == CMD_NETCHECK;
+	FILE *tl = NULL;
 	int plain = cmd == CMD_QUERY && !q->merge && !q->fail_if;
 	size_t nnp = 0, nmp = 0, answered;
 
@@ -1038,6 +1071,7 @@ static int run(int cmd, struct query_opts *q)
 		format = conf.format		 ? output_format_parse(conf.format)
 			 : isatty(STDOUT_FILENO) ? FQ_FMT_TABLE
 						 : FQ_FMT_TSV;
+	analysis |= cmd == CMD_TIMELINE; /* its window and node SQL are an analysis's */
 	if (analysis) {
 		int64_t len = q->since_ns < 0 ? 60000000000ll : q->since_ns;
 		int64_t start = len ? realtime_now() - len : 0;
@@ -1103,6 +1137,11 @@ static int run(int cmd, struct query_opts *q)
 			goto out;
 		}
 		q->sql = plan.node_sql;
+	}
+	/* A path that cannot be written fails before any node is asked. */
+	if (cmd == CMD_TIMELINE && !(tl = timeline_open(q->output, &cause))) {
+		usage_error("%s", cause);
+		goto out;
 	}
 	if (q->sql && !strcmp(q->sql, "-")) {
 		if (hostsel_reads_stdin(q->hsel, q->nhsel)) {
@@ -1229,6 +1268,12 @@ static int run(int cmd, struct query_opts *q)
 	case CMD_PING:
 		ret = print_ping(fo, cov, out, hosts, fp.nhosts, cov_json);
 		break;
+	case CMD_TIMELINE:
+		err = timeline_emit(merge_has_table(m) ? merge_db(m) : NULL, plan.merge_sql, tl,
+				    q->output, window, q->quiet, &short_of, &cause);
+		tl = NULL;
+		ret = err ? usage_error("%s", cause ? cause : strerror(-err)) : 0;
+		break;
 	default:
 		ret = 0;
 		if (merge_has_table(m)) {
@@ -1294,7 +1339,7 @@ static int run(int cmd, struct query_opts *q)
 	}
 	if (short_of && !ret)
 		fprintf(stderr, "fleetq: %s\n", short_of);
-	if (analysis && !q->quiet && !ret && !short_of) {
+	if (analysis && cmd != CMD_TIMELINE && !q->quiet && !ret && !short_of) {
 		if (cmd == CMD_STRAGGLERS && (fd.hung || fd.stragglers))
 			fprintf(stderr, "fleetq: stragglers: %d hung, %d straggler%s (first: %s), %s\n",
 				fd.hung, fd.stragglers, fd.stragglers == 1 ? "" : "s",
@@ -1327,6 +1372,8 @@ out:
 				"are 'interrupted' in the coverage)\n");
 		ret = EXIT_INTERRUPTED;
 	}
+	if (tl && tl != stdout)
+		fclose(tl);
 	free(qvals);
 	free(cause);
 	free(sql_buf);
