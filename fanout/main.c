@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "analysis.h"
+#include "bars.h"
 #include "config.h"
 #include "coverage.h"
 #include "direct.h"
@@ -123,6 +124,9 @@ static const char usage_text[] =
 	"  --threshold Z            robust z-score that counts as deviant (default 3.5)\n"
 	"  --all                    every rank (stragglers) or every counter (netcheck)\n"
 	"  --show-sql               print the node and merge SQL with their parameters, exit\n"
+	"  --bars[=WHEN]            stragglers: after the report, a bar per rank and signal\n"
+	"                           (robust z); WHEN: auto (default: on a terminal), always\n"
+	"                           (--bars alone), never\n"
 	"                           (--since, --job, --comm, --max-seqs and --show-sql apply to\n"
 	"                           timeline too)\n"
 	"\n"
@@ -227,6 +231,7 @@ enum {
 	OPT_JUNIT,
 	OPT_WITH_COVERAGE,
 	OPT_OUTPUT,
+	OPT_BARS,
 };
 
 static const struct option long_opts[] = {
@@ -270,6 +275,7 @@ static const struct option long_opts[] = {
 	{ "junit", required_argument, NULL, OPT_JUNIT },
 	{ "with-coverage", no_argument, NULL, OPT_WITH_COVERAGE },
 	{ "output", required_argument, NULL, OPT_OUTPUT },
+	{ "bars", optional_argument, NULL, OPT_BARS },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -309,6 +315,8 @@ static unsigned opt_cmds(int c)
 		return ANALYSES | 1u << CMD_TIMELINE;
 	case OPT_OUTPUT:
 		return 1u << CMD_TIMELINE;
+	case OPT_BARS:
+		return 1u << CMD_STRAGGLERS;
 	case OPT_THRESHOLD:
 	case OPT_ALL:
 		return ANALYSES;
@@ -368,6 +376,7 @@ struct query_opts {
 	int all, show_sql;
 	const char *fail_if;
 	const char *output; /* timeline -o */
+	int bars;	    /* BARS_* */
 	int junit; /* --format junit */
 	/* gate */
 	struct gate_args gate;
@@ -636,6 +645,13 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			break;
 		case OPT_OUTPUT:
 			q->output = optarg;
+			break;
+		case OPT_BARS:
+			q->bars = bars_parse(optarg);
+			if (q->bars < 0)
+				return usage_error("--bars: invalid value '%s': use auto, always or "
+						   "never",
+						   optarg);
 			break;
 		case OPT_METRIC:
 			if (push(&q->gate.metrics, &q->gate.nmetrics, optarg))
@@ -1021,6 +1037,8 @@ static int run(int cmd, struct query_opts *q)
 	long long fail_rows = 0;
 	int ret, err, format, analysis = cmd == CMD_STRAGGLERS || cmd == CMD_NETCHECK;
 	FILE *tl = NULL;
+	char *bar_text = NULL;
+	int bars;
 	int plain = cmd == CMD_QUERY && !q->merge && !q->fail_if;
 	size_t nnp = 0, nmp = 0, answered;
 
@@ -1072,6 +1090,13 @@ static int run(int cmd, struct query_opts *q)
 			 : isatty(STDOUT_FILENO) ? FQ_FMT_TABLE
 						 : FQ_FMT_TSV;
 	analysis |= cmd == CMD_TIMELINE; /* its window and node SQL are an analysis's */
+	if (q->bars == BARS_ALWAYS && cmd == CMD_STRAGGLERS && format != FMT_REPORT) {
+		usage_error("--bars draws under the report: drop --format (or --bars)");
+		goto out;
+	}
+	/* The bars need every rank's row: the merge gives them all, the report reads findings. */
+	bars = cmd == CMD_STRAGGLERS && format == FMT_REPORT &&
+	       (q->bars == BARS_ALWAYS || (q->bars == BARS_AUTO && isatty(STDOUT_FILENO)));
 	if (analysis) {
 		int64_t len = q->since_ns < 0 ? 60000000000ll : q->since_ns;
 		int64_t start = len ? realtime_now() - len : 0;
@@ -1121,8 +1146,8 @@ static int run(int cmd, struct query_opts *q)
 		};
 		mp[nmp++] = (struct an_param){
 			cmd == CMD_STRAGGLERS ? ":all_ranks" : ":all_rows",
-			q->all ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
-			       : (struct wire_value){ .type = WIRE_NULL },
+			q->all || bars ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
+				       : (struct wire_value){ .type = WIRE_NULL },
 			NULL,
 		};
 		err = an_plan_load(&plan, cmd_names[cmd], np, nnp, len ? ":since_ns" : NULL,
@@ -1283,6 +1308,10 @@ static int run(int cmd, struct query_opts *q)
 						  cause ? cause : strerror(-err));
 				break;
 			}
+			if (bars)
+				bar_text = bars_take(merge_db(m), q->threshold > 0 ? q->threshold
+										     : 3.5,
+						     q->all);
 		}
 		answered = coverage_count(cov, FQ_OK) + coverage_count(cov, FQ_TRUNCATED);
 		if (format == FMT_REPORT && merge_has_table(m) && answered)
@@ -1311,6 +1340,8 @@ static int run(int cmd, struct query_opts *q)
 					  sqlite3_errmsg(merge_db(m)));
 			break;
 		}
+		if (bar_text && answered)
+			fputs(bar_text, stdout);
 		if (format == FMT_REPORT && (!merge_has_table(m) || !answered))
 			printf("no answer: no node ran the %s query (see the coverage)\n",
 			       cmd_names[cmd]);
@@ -1374,6 +1405,7 @@ out:
 	}
 	if (tl && tl != stdout)
 		fclose(tl);
+	free(bar_text);
 	free(qvals);
 	free(cause);
 	free(sql_buf);
