@@ -99,7 +99,8 @@ int timeline_write(sqlite3 *db, const char *merge_sql, FILE *f, const char *wind
 			first = 0;
 			sb_json_str(&b, name, strlen(name));
 			sb_putc(&b, ':');
-			put_value(&b, st, i, i == args && sqlite3_column_type(st, i) == SQLITE_TEXT);
+			put_value(&b, st, i,
+				  i == args && sqlite3_column_type(st, i) == SQLITE_TEXT);
 		}
 		sb_putc(&b, '}');
 		if (b.oom) {
@@ -115,8 +116,8 @@ int timeline_write(sqlite3 *db, const char *merge_sql, FILE *f, const char *wind
 		goto out;
 	}
 	b.len = 0;
-	sb_puts(&b, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"fleetq timeline\","
-		    "\"window\":");
+	sb_puts(&b, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":"
+		    "{\"generator\":\"fleetq timeline\",\"window\":");
 	sb_json_str(&b, window, strlen(window));
 	sb_puts(&b, "}}\n");
 	if (b.oom) {
@@ -163,7 +164,8 @@ int timeline_emit(sqlite3 *db, const char *merge_sql, FILE *f, const char *path,
 		*short_of = NULL;
 	if (!quiet && ranks)
 		fprintf(stderr, "fleetq: timeline: %lld events of %d rank%s, %s%s%s\n", events,
-			ranks, ranks == 1 ? "" : "s", window, path && strcmp(path, "-") ? ", in " : "",
+			ranks, ranks == 1 ? "" : "s", window,
+			path && strcmp(path, "-") ? ", in " : "",
 			path && strcmp(path, "-") ? path : "");
 	return 0;
 }
