@@ -30,6 +30,7 @@
 #include "params.h"
 #include "strbuf.h"
 #include "timeline.h"
+#include "watch.h"
 
 #ifndef FLEETQ_VERSION
 #define FLEETQ_VERSION "0"
@@ -127,6 +128,11 @@ static const char usage_text[] =
 	"  --bars[=WHEN]            stragglers: after the report, a bar per rank and signal\n"
 	"                           (robust z); WHEN: auto (default: on a terminal), always\n"
 	"                           (--bars alone), never\n"
+	"  --watch PERIOD           stragglers: run again every PERIOD (e.g. 30s), printing only\n"
+	"                           what changed, each line stamped (a verdict found or gone,\n"
+	"                           ranks joining or leaving, nodes failing); until Ctrl-C\n"
+	"  --exit-on-straggler      with --watch: exit at the first finding (1: a straggler,\n"
+	"                           5: a hung rank)\n"
 	"                           (--since, --job, --comm, --max-seqs and --show-sql apply to\n"
 	"                           timeline too)\n"
 	"\n"
@@ -232,6 +238,8 @@ enum {
 	OPT_WITH_COVERAGE,
 	OPT_OUTPUT,
 	OPT_BARS,
+	OPT_WATCH,
+	OPT_EXIT_ON_STRAGGLER,
 };
 
 static const struct option long_opts[] = {
@@ -276,6 +284,8 @@ static const struct option long_opts[] = {
 	{ "with-coverage", no_argument, NULL, OPT_WITH_COVERAGE },
 	{ "output", required_argument, NULL, OPT_OUTPUT },
 	{ "bars", optional_argument, NULL, OPT_BARS },
+	{ "watch", required_argument, NULL, OPT_WATCH },
+	{ "exit-on-straggler", no_argument, NULL, OPT_EXIT_ON_STRAGGLER },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -316,6 +326,8 @@ static unsigned opt_cmds(int c)
 	case OPT_OUTPUT:
 		return 1u << CMD_TIMELINE;
 	case OPT_BARS:
+	case OPT_WATCH:
+	case OPT_EXIT_ON_STRAGGLER:
 		return 1u << CMD_STRAGGLERS;
 	case OPT_THRESHOLD:
 	case OPT_ALL:
@@ -377,6 +389,10 @@ struct query_opts {
 	const char *fail_if;
 	const char *output; /* timeline -o */
 	int bars;	    /* BARS_* */
+	int64_t watch_ns;   /* --watch; 0: once */
+	const char *watch_text;
+	int exit_on_straggler;
+	struct watch *watch;
 	int junit; /* --format junit */
 	/* gate */
 	struct gate_args gate;
@@ -645,6 +661,16 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			break;
 		case OPT_OUTPUT:
 			q->output = optarg;
+			break;
+		case OPT_WATCH:
+			if (parse_duration(optarg, &q->watch_ns) || q->watch_ns < 100000000)
+				return usage_error("--watch: invalid period '%s': use e.g. 30s, 1m "
+						   "or 500ms (at least 100ms)",
+						   optarg);
+			q->watch_text = optarg;
+			break;
+		case OPT_EXIT_ON_STRAGGLER:
+			q->exit_on_straggler = 1;
 			break;
 		case OPT_BARS:
 			q->bars = bars_parse(optarg);
@@ -1095,7 +1121,11 @@ static int run(int cmd, struct query_opts *q)
 		goto out;
 	}
 	/* The bars need every rank's row: the merge gives them all, the report reads findings. */
-	bars = cmd == CMD_STRAGGLERS && format == FMT_REPORT &&
+	if (q->watch_ns && format != FMT_REPORT) {
+		usage_error("--watch prints what changes: drop --format");
+		goto out;
+	}
+	bars = cmd == CMD_STRAGGLERS && format == FMT_REPORT && !q->watch_ns &&
 	       (q->bars == BARS_ALWAYS || (q->bars == BARS_AUTO && isatty(STDOUT_FILENO)));
 	if (analysis) {
 		int64_t len = q->since_ns < 0 ? 60000000000ll : q->since_ns;
@@ -1314,7 +1344,7 @@ static int run(int cmd, struct query_opts *q)
 						     q->all);
 		}
 		answered = coverage_count(cov, FQ_OK) + coverage_count(cov, FQ_TRUNCATED);
-		if (format == FMT_REPORT && merge_has_table(m) && answered)
+		if (format == FMT_REPORT && merge_has_table(m) && answered && !q->watch)
 			err = cmd == CMD_STRAGGLERS
 				      ? an_report_stragglers(merge_db(m), stdout, window, &fd)
 				      : an_report_netcheck(merge_db(m), stdout, window, &fd);
@@ -1342,7 +1372,14 @@ static int run(int cmd, struct query_opts *q)
 		}
 		if (bar_text && answered)
 			fputs(bar_text, stdout);
-		if (format == FMT_REPORT && (!merge_has_table(m) || !answered))
+		/* a fan-out cut short by Ctrl-C would read as ranks that left */
+		if (q->watch && !interrupted &&
+		    watch_step(q->watch, merge_has_table(m) && answered ? merge_db(m) : NULL, cov,
+			       hosts, fp.nhosts)) {
+			ret = usage_error("out of memory");
+			break;
+		}
+		if (format == FMT_REPORT && (!merge_has_table(m) || !answered) && !q->watch)
 			printf("no answer: no node ran the %s query (see the coverage)\n",
 			       cmd_names[cmd]);
 		else if (format != FMT_REPORT)
@@ -1361,14 +1398,14 @@ static int run(int cmd, struct query_opts *q)
 		fprintf(stderr, "fleetq: --fail-if not run: no node answered (see the coverage)\n");
 	}
 	/* The same failure everywhere is one message, said once and plainly. */
-	if (common)
+	if (common && !q->watch)
 		fprintf(stderr, "fleetq: %s\n", common);
 	/* Not under -q: it says why the exit status is 3. */
 	if (short_of && (fd.hung || fd.stragglers || fd.flagged || fail_rows)) {
 		free(short_of); /* a finding is a verdict on the ranks that answered */
 		short_of = NULL;
 	}
-	if (short_of && !ret)
+	if (short_of && !ret && !q->watch)
 		fprintf(stderr, "fleetq: %s\n", short_of);
 	if (analysis && cmd != CMD_TIMELINE && !q->quiet && !ret && !short_of) {
 		if (cmd == CMD_STRAGGLERS && (fd.hung || fd.stragglers))
@@ -1398,7 +1435,9 @@ static int run(int cmd, struct query_opts *q)
 		      : fail_rows ? FQ_EXIT_GATE
 				  : coverage_exit(cov, q->min_coverage);
 out:
-	if (interrupted && ret != FQ_EXIT_USAGE) {
+	if (interrupted && ret != FQ_EXIT_USAGE && q->watch) {
+		ret = EXIT_INTERRUPTED;
+	} else if (interrupted && ret != FQ_EXIT_USAGE) {
 		fprintf(stderr, "fleetq: interrupted: printed what arrived (nodes still pending "
 				"are 'interrupted' in the coverage)\n");
 		ret = EXIT_INTERRUPTED;
@@ -1425,6 +1464,43 @@ out:
 	free(hosts);
 	hostlist_free(hl);
 	config_release(&conf);
+	return ret;
+}
+
+/*
+ * --watch: run() every period, and watch_step() in it prints what changed. Ends on Ctrl-C
+ * (130), a usage or local error (2), a reader gone from stdout, or with
+ * --exit-on-straggler at the first finding (1, or 5 for a hung rank).
+ */
+static int watch_loop(int cmd, struct query_opts *q)
+{
+	int64_t start;
+	int ret;
+
+	q->watch = watch_new(stdout, q->watch_text);
+	if (!q->watch)
+		return usage_error("out of memory");
+	q->quiet = 1; /* the changes say it: no coverage and summary lines every period */
+	for (;;) {
+		start = watch_now();
+		ret = run(cmd, q);
+		if (ret == FQ_EXIT_USAGE || interrupted || ferror(stdout))
+			break;
+		if (q->exit_on_straggler && (ret == FQ_EXIT_GATE || ret == FQ_EXIT_HANG))
+			break;
+		if (watch_sleep(start, q->watch_ns, &interrupted))
+			break;
+	}
+	if (interrupted) {
+		watch_say(q->watch, "interrupted");
+		ret = EXIT_INTERRUPTED;
+	} else if (q->exit_on_straggler && (ret == FQ_EXIT_GATE || ret == FQ_EXIT_HANG)) {
+		watch_say(q->watch, ret == FQ_EXIT_HANG
+					    ? "exit 5: a hung rank (--exit-on-straggler)"
+					    : "exit 1: a straggler (--exit-on-straggler)");
+	}
+	watch_free(q->watch);
+	q->watch = NULL;
 	return ret;
 }
 
@@ -1543,7 +1619,12 @@ int main(int argc, char **argv)
 				  cmd_names[cmd], pos[0]);
 		goto out;
 	}
-	ret = run(cmd, &q);
+	if (q.exit_on_straggler && !q.watch_ns) {
+		ret = usage_error("--exit-on-straggler goes with --watch (without it, fleetq "
+				  "stragglers exits 1 on a straggler anyway)");
+		goto out;
+	}
+	ret = q.watch_ns ? watch_loop(cmd, &q) : run(cmd, &q);
 out:
 	free(pos);
 	free(q.hsel);
