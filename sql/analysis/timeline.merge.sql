@@ -8,13 +8,15 @@
 -- (JSON text) as an object. The order of the rows is no promise: viewers sort by ts.
 --
 -- Tracks: one Chrome process per (communicator, rank, node, pid), named for its rank, node
--- and communicator, sorted by communicator then rank; in it one thread per lane:
---   1 collectives  NCCL collective calls, enqueue to return (args: seq, comm, bytes, and
---                  late_us: after the first rank of the communicator to enqueue that seq)
---                  and TCP retransmits as instant events
---   2 sync waits   the process's synchronize calls
---   3 off-CPU      its threads' off-CPU intervals
---   4 GPU          its collective kernels on the GPU (where fleetq's NCCL plugin ran), on
+-- and communicator, sorted by communicator then rank; in it these lanes (Chrome threads),
+-- in this order:
+--   collectives        tid 1: NCCL collective calls, enqueue to return (args: seq, comm,
+--                      bytes, and late_us: after the first rank of the communicator to
+--                      enqueue that seq) and TCP retransmits as instant events
+--   sync waits (tid N) tid 10 N + 2: the synchronize calls of the process's thread N
+--   off-CPU (tid N)    tid 10 N + 3: thread N's off-CPU intervals (one lane per thread:
+--                      the threads' intervals overlap, a lane's slices must nest)
+--   GPU                tid 4: its collective kernels on the GPU (fleetq's NCCL plugin), on
 --                  the host's clock as placed below (args: seq, gpu_start_ns on the GPU's
 --                  own clock, moved_us: how far the line-up below moved them)
 -- A process in several communicators shows its sync waits, off-CPU and retransmits on each.
@@ -64,8 +66,16 @@ tr AS (
 	       dense_rank() OVER (ORDER BY comm_hash, rank, node, pid) AS tp
 	FROM results WHERE kind IN ('coll', 'kern') GROUP BY comm_hash, node, rank, pid
 ),
-lanes(tid, name) AS (
-	VALUES (1, 'collectives'), (2, 'sync waits'), (3, 'off-CPU'), (4, 'GPU')
+lanes AS (
+	SELECT tp, 1 AS tid, 'collectives' AS name, 1 AS o FROM tr
+	UNION ALL
+	SELECT tp, 4, 'GPU', 4 FROM tr
+	UNION ALL
+	SELECT DISTINCT tr.tp, 10 * e.tid + iif(e.kind = 'sync', 2, 3),
+	       iif(e.kind = 'sync', 'sync waits', 'off-CPU') || ' (tid ' || e.tid || ')',
+	       iif(e.kind = 'sync', 2, 3)
+	FROM results e JOIN tr ON tr.node = e.node AND tr.pid = e.pid
+	WHERE e.kind IN ('sync', 'off')
 )
 SELECT 'M' AS ph, 'fleetq_clock' AS name, NULL AS cat, 0 AS pid, NULL AS tid, NULL AS ts,
        NULL AS dur, NULL AS s,
@@ -87,12 +97,11 @@ SELECT 'M', 'process_labels', NULL, tp, NULL, NULL, NULL, NULL,
 		   coalesce(nranks, '?') || ', communicator ' || comm_hash)
 FROM tr
 UNION ALL
-SELECT 'M', 'thread_name', NULL, tr.tp, l.tid, NULL, NULL, NULL, json_object('name', l.name)
-FROM tr CROSS JOIN lanes l
+SELECT 'M', 'thread_name', NULL, tp, tid, NULL, NULL, NULL, json_object('name', name)
+FROM lanes
 UNION ALL
-SELECT 'M', 'thread_sort_index', NULL, tr.tp, l.tid, NULL, NULL, NULL,
-       json_object('sort_index', l.tid)
-FROM tr CROSS JOIN lanes l
+SELECT 'M', 'thread_sort_index', NULL, tp, tid, NULL, NULL, NULL, json_object('sort_index', o)
+FROM lanes
 UNION ALL
 SELECT 'X', e.op, 'collective', tr.tp, 1, round((e.t - t0.t0) / 1e3, 3),
        round(e.dur_ns / 1e3, 3), NULL,
@@ -112,12 +121,12 @@ FROM ev e JOIN tr ON tr.comm_hash = e.comm_hash AND tr.node = e.node AND tr.rank
      LEFT JOIN kshift k ON k.node = e.node AND k.pid = e.pid AND k.comm_hash = e.comm_hash, t0
 WHERE e.kind = 'kern'
 UNION ALL
-SELECT 'X', e.op, 'sync', tr.tp, 2, round((e.t - t0.t0) / 1e3, 3), round(e.dur_ns / 1e3, 3),
+SELECT 'X', e.op, 'sync', tr.tp, 10 * e.tid + 2, round((e.t - t0.t0) / 1e3, 3), round(e.dur_ns / 1e3, 3),
        NULL, json_object('tid', e.tid)
 FROM ev e JOIN tr ON tr.node = e.node AND tr.pid = e.pid, t0
 WHERE e.kind = 'sync'
 UNION ALL
-SELECT 'X', e.detail, 'offcpu', tr.tp, 3, round((e.t - t0.t0) / 1e3, 3),
+SELECT 'X', e.detail, 'offcpu', tr.tp, 10 * e.tid + 3, round((e.t - t0.t0) / 1e3, 3),
        round(e.dur_ns / 1e3, 3), NULL, json_object('tid', e.tid)
 FROM ev e JOIN tr ON tr.node = e.node AND tr.pid = e.pid, t0
 WHERE e.kind = 'off'

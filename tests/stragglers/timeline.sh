@@ -32,7 +32,7 @@ job() {
 # every other rank's within 1.5 ms; also the trace's shape
 check() {
 	python3 - "$@" <<'PY' || fail "timeline $2: $(head -c 600 "$1")"
-import json, statistics, sys
+import json, re, statistics, sys
 path, cat, slow, want = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 d = json.load(open(path))
 ev = d["traceEvents"]
@@ -43,13 +43,28 @@ ranks = {p: int(n.split()[1]) for p, n in names.items()}
 assert sorted(ranks.values()) == list(range(16)), names
 lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
          if e["ph"] == "M" and e["name"] == "thread_name"}
-assert set(lanes.values()) == {"collectives", "sync waits", "off-CPU", "GPU"}, lanes
+# per rank: collectives, GPU, and per thread its sync waits and off-CPU (tracegen: one)
+kinds = {re.sub(r" \(tid [0-9]+\)$", "", n) for n in lanes.values()}
+assert kinds == {"collectives", "sync waits", "off-CPU", "GPU"}, lanes
+assert len(lanes) == 16 * 4, lanes
 cats = {}
 for e in ev:
     if e["ph"] == "X":
         assert e["dur"] >= 0 and isinstance(e["ts"], (int, float)), e
         assert (e["pid"], e["tid"]) in lanes, e
         cats[e["cat"]] = cats.get(e["cat"], 0) + 1
+# a lane's slices nest or follow one another, as the viewers need (none straddles another)
+by_lane = {}
+for e in ev:
+    if e["ph"] == "X":
+        by_lane.setdefault((e["pid"], e["tid"]), []).append((e["ts"], -e["dur"]))
+for lane, xs in by_lane.items():
+    open_ends = []
+    for ts, mdur in sorted(xs):
+        while open_ends and open_ends[-1] <= ts:
+            open_ends.pop()
+        assert not open_ends or ts - mdur <= open_ends[-1] + 0.001, (lane, ts, -mdur, open_ends)
+        open_ends.append(ts - mdur)
 for c in ("collective", "sync", "offcpu"):
     assert cats.get(c, 0) > 0, cats
 # each collective on its rank's collectives lane, 200 seqs x 16 ranks
