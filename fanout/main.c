@@ -1121,6 +1121,10 @@ static int run(int cmd, struct query_opts *q)
 		goto out;
 	}
 	/* The bars need every rank's row: the merge gives them all, the report reads findings. */
+	if (cmd == CMD_TIMELINE && format != FMT_REPORT) {
+		usage_error("timeline writes a Perfetto/Chrome trace (JSON): drop --format");
+		goto out;
+	}
 	if (q->watch_ns && format != FMT_REPORT) {
 		usage_error("--watch prints what changes: drop --format");
 		goto out;

@@ -126,6 +126,14 @@ expect_err "no collectives in the window"
 python3 -c 'import json, sys
 assert not [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] != "M"]' \
 	"$T/empty.json" || fail "empty timeline: $(cat "$T/empty.json")"
+fq -w "$HOSTS" timeline --format csv
+expect_rc 2 "timeline --format"
+expect_err "drop --format"
+fq timeline --show-sql --since 5m --max-seqs 20
+expect_rc 0 "timeline --show-sql"
+grep -q "^-- node SQL, run on every node: .*timeline.node.sql" "$T/out" &&
+	grep -q "^--   :max_seqs = 20" "$T/out" && grep -q "^-- merge SQL.*timeline.merge.sql" "$T/out" ||
+	fail "timeline --show-sql: $(head -n 20 "$T/out")"
 fq -w "$HOSTS" stragglers -o x
 expect_rc 2 "-o on stragglers"
 expect_err "option '--output' does not apply to 'stragglers'"
