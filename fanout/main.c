@@ -1120,7 +1120,6 @@ static int run(int cmd, struct query_opts *q)
 		usage_error("--bars draws under the report: drop --format (or --bars)");
 		goto out;
 	}
-	/* The bars need every rank's row: the merge gives them all, the report reads findings. */
 	if (cmd == CMD_TIMELINE && format != FMT_REPORT) {
 		usage_error("timeline writes a Perfetto/Chrome trace (JSON): drop --format");
 		goto out;
@@ -1129,6 +1128,7 @@ static int run(int cmd, struct query_opts *q)
 		usage_error("--watch prints what changes: drop --format");
 		goto out;
 	}
+	/* The bars need every rank's row: the merge gives them all, the report reads findings. */
 	bars = cmd == CMD_STRAGGLERS && format == FMT_REPORT && !q->watch_ns &&
 	       (q->bars == BARS_ALWAYS || (q->bars == BARS_AUTO && isatty(STDOUT_FILENO)));
 	if (analysis) {
