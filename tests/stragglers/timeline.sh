@@ -91,12 +91,27 @@ PY
 
 # 1. rank 6 (node1) 20% of a step slower on-CPU: its enqueues 10 ms late, and so its kernels
 job slow --seed 6 --slow-rank 6 --slow-pct 20 --kernels
+# two TCP retransmits on node1: one of rank 6's process (pid 4032), one of no process
+sqlite3 "$T/slow-n1.db" "INSERT INTO tcp_retransmits (ts_ns, pid, saddr, sport, daddr, dport,
+	state) SELECT max(ts_ns) - 1000000, 4032, '10.0.0.2', 40000, '10.0.0.3', 5201,
+	'ESTABLISHED' FROM collectives UNION ALL SELECT max(ts_ns) - 2000000, NULL, '10.0.0.2',
+	22, '10.0.0.9', 50000, 'ESTABLISHED' FROM collectives" || fail "cannot add retransmits"
 fq -w "$HOSTS" timeline --since 2m -o "$T/slow.json"
 expect_rc 0 "timeline, slow rank"
 expect_err "fleetq: timeline: [0-9]* events of 16 ranks, last 2m, newest 1000 seqs, in $T/slow.json"
 [ -s "$T/out" ] && fail "-o FILE printed on stdout: $(head -c 200 "$T/out")"
 check "$T/slow.json" collective 6 10
 check "$T/slow.json" gpu 6 10
+python3 - "$T/slow.json" <<'PY' || fail "retransmits: $(grep -i retransmit "$T/slow.json")"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+rt = [(names[e["pid"]].split()[1], e["args"]["host_wide"], e["args"]["flow"], e["tid"], e["s"])
+      for e in ev if e["ph"] == "i"]
+own = [r for r in rt if not r[1]]
+assert own == [("6", 0, "10.0.0.2:40000>10.0.0.3:5201 ESTABLISHED", 1, "t")], rt
+assert sorted(r[0] for r in rt if r[1]) == ["4", "5", "6", "7"], rt
+PY
 
 # stdout without -o, and --max-seqs bounds it: 50 seqs a communicator
 fq -w "$HOSTS" timeline --since 2m --max-seqs 50
