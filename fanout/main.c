@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "analysis.h"
+#include "bars.h"
 #include "config.h"
 #include "coverage.h"
 #include "direct.h"
@@ -28,6 +29,8 @@
 #include "output.h"
 #include "params.h"
 #include "strbuf.h"
+#include "timeline.h"
+#include "watch.h"
 
 #ifndef FLEETQ_VERSION
 #define FLEETQ_VERSION "0"
@@ -37,6 +40,7 @@ static const char usage_text[] =
 	"usage: fleetq [OPTIONS] \"SQL\"\n"
 	"       fleetq [OPTIONS] stragglers | netcheck | ping [OPTIONS]\n"
 	"       fleetq [OPTIONS] gate --save FILE | --baseline FILE [OPTIONS]\n"
+	"       fleetq [OPTIONS] timeline [-o FILE] [OPTIONS]\n"
 	"       fleetq help | version\n"
 	"\n"
 	"Sends one read-only SQL query to agentd on every node, merges the rows into\n"
@@ -51,6 +55,8 @@ static const char usage_text[] =
 	"  netcheck                 TCP retransmits and InfiniBand errors inside slow collectives\n"
 	"  ping                     per node: round trip, clock offset, agent, trace health\n"
 	"  gate                     CI regression gate: record metrics, or compare with a baseline\n"
+	"  timeline                 the window's collectives, sync waits, off-CPU, retransmits and\n"
+	"                           GPU kernels per rank, as a Perfetto/Chrome trace (JSON)\n"
 	"  query SQL                the plain query (also without the word 'query')\n"
 	"\n"
 	"hosts:\n"
@@ -119,6 +125,20 @@ static const char usage_text[] =
 	"  --threshold Z            robust z-score that counts as deviant (default 3.5)\n"
 	"  --all                    every rank (stragglers) or every counter (netcheck)\n"
 	"  --show-sql               print the node and merge SQL with their parameters, exit\n"
+	"  --bars[=WHEN]            stragglers: after the report, a bar per rank and signal\n"
+	"                           (robust z); WHEN: auto (default: on a terminal), always\n"
+	"                           (--bars alone), never\n"
+	"  --watch PERIOD           stragglers: run again every PERIOD (e.g. 30s), printing only\n"
+	"                           what changed, each line stamped (a verdict found or gone,\n"
+	"                           ranks joining or leaving, nodes failing); until Ctrl-C\n"
+	"  --exit-on-straggler      with --watch: exit at the first finding (1: a straggler,\n"
+	"                           5: a hung rank)\n"
+	"                           (--since, --job, --comm, --max-seqs and --show-sql apply to\n"
+	"                           timeline too)\n"
+	"\n"
+	"timeline:\n"
+	"  -o, --output FILE        write the trace to FILE (default: standard output); open it\n"
+	"                           in ui.perfetto.dev or chrome://tracing\n"
 	"\n"
 	"gate (see docs/gate.md; --since default 10m there, --job and --show-sql apply too):\n"
 	"  --save FILE              record the metrics and the fleet's shape in FILE (JSON)\n"
@@ -216,6 +236,10 @@ enum {
 	OPT_PARAM,
 	OPT_JUNIT,
 	OPT_WITH_COVERAGE,
+	OPT_OUTPUT,
+	OPT_BARS,
+	OPT_WATCH,
+	OPT_EXIT_ON_STRAGGLER,
 };
 
 static const struct option long_opts[] = {
@@ -258,6 +282,10 @@ static const struct option long_opts[] = {
 	{ "param", required_argument, NULL, OPT_PARAM },
 	{ "junit", required_argument, NULL, OPT_JUNIT },
 	{ "with-coverage", no_argument, NULL, OPT_WITH_COVERAGE },
+	{ "output", required_argument, NULL, OPT_OUTPUT },
+	{ "bars", optional_argument, NULL, OPT_BARS },
+	{ "watch", required_argument, NULL, OPT_WATCH },
+	{ "exit-on-straggler", no_argument, NULL, OPT_EXIT_ON_STRAGGLER },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -269,7 +297,16 @@ static const char *opt_name(int c)
 	return "?";
 }
 
-enum cmd_id { CMD_QUERY, CMD_STRAGGLERS, CMD_NETCHECK, CMD_PING, CMD_GATE, CMD_HELP, CMD_VERSION };
+enum cmd_id {
+	CMD_QUERY,
+	CMD_STRAGGLERS,
+	CMD_NETCHECK,
+	CMD_PING,
+	CMD_GATE,
+	CMD_HELP,
+	CMD_VERSION,
+	CMD_TIMELINE,
+};
 
 /* Where an option may appear: global ones anywhere, the rest after their subcommand. */
 #define ANALYSES (1u << CMD_STRAGGLERS | 1u << CMD_NETCHECK)
@@ -282,9 +319,16 @@ static unsigned opt_cmds(int c)
 	case OPT_SINCE:
 	case OPT_JOB:
 	case OPT_SHOW_SQL:
-		return ANALYSES | 1u << CMD_GATE;
+		return ANALYSES | 1u << CMD_GATE | 1u << CMD_TIMELINE;
 	case OPT_COMM:
 	case OPT_MAX_SEQS:
+		return ANALYSES | 1u << CMD_TIMELINE;
+	case OPT_OUTPUT:
+		return 1u << CMD_TIMELINE;
+	case OPT_BARS:
+	case OPT_WATCH:
+	case OPT_EXIT_ON_STRAGGLER:
+		return 1u << CMD_STRAGGLERS;
 	case OPT_THRESHOLD:
 	case OPT_ALL:
 		return ANALYSES;
@@ -343,6 +387,12 @@ struct query_opts {
 	double threshold; /* < 0: the file's default */
 	int all, show_sql;
 	const char *fail_if;
+	const char *output; /* timeline -o */
+	int bars;	    /* BARS_* */
+	int64_t watch_ns;   /* --watch; 0: once */
+	const char *watch_text;
+	int exit_on_straggler;
+	struct watch *watch;
 	int junit; /* --format junit */
 	/* gate */
 	struct gate_args gate;
@@ -401,7 +451,7 @@ static int parse_duration(const char *s, int64_t *ns)
 static const char *const cmd_names[] = {
 	[CMD_QUERY] = "query", [CMD_STRAGGLERS] = "stragglers", [CMD_NETCHECK] = "netcheck",
 	[CMD_PING] = "ping",   [CMD_GATE] = "gate",		[CMD_HELP] = "help",
-	[CMD_VERSION] = "version",
+	[CMD_VERSION] = "version", [CMD_TIMELINE] = "timeline",
 };
 
 /*
@@ -429,8 +479,10 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 	opterr = 0;
 	/* 0, not 1: GNU getopt starts over (a second pass, another optstring). */
 	optind = 0;
-	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:x:f:qh" : "-:w:x:f:qh", long_opts,
-				NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, cmd < 0 ? "+:w:x:f:o:qh" : "-:w:x:f:o:qh",
+				long_opts, NULL)) != -1) {
+		if (c == 'o')
+			c = OPT_OUTPUT;
 		if (c >= OPT_HOSTS && !(opt_cmds(c) & (cmd < 0 ? ~0u : 1u << cmd)))
 			return usage_error(
 				"option '--%s' does not apply to '%s': see fleetq --help",
@@ -439,7 +491,9 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			return usage_error("option '--%s' goes after the subcommand, e.g. fleetq "
 					   "-w HOSTS %s --%s ...",
 					   opt_name(c),
-					   opt_cmds(c) & ANALYSES ? "stragglers" : "gate",
+					   opt_cmds(c) & ANALYSES		   ? "stragglers"
+					   : opt_cmds(c) & 1u << CMD_TIMELINE ? "timeline"
+									       : "gate",
 					   opt_name(c));
 		switch (c) {
 		case 1:
@@ -604,6 +658,26 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 			break;
 		case OPT_WITH_COVERAGE:
 			q->gate.with_coverage = 1;
+			break;
+		case OPT_OUTPUT:
+			q->output = optarg;
+			break;
+		case OPT_WATCH:
+			if (parse_duration(optarg, &q->watch_ns) || q->watch_ns < 100000000)
+				return usage_error("--watch: invalid period '%s': use e.g. 30s, 1m "
+						   "or 500ms (at least 100ms)",
+						   optarg);
+			q->watch_text = optarg;
+			break;
+		case OPT_EXIT_ON_STRAGGLER:
+			q->exit_on_straggler = 1;
+			break;
+		case OPT_BARS:
+			q->bars = bars_parse(optarg);
+			if (q->bars < 0)
+				return usage_error("--bars: invalid value '%s': use auto, always or "
+						   "never",
+						   optarg);
 			break;
 		case OPT_METRIC:
 			if (push(&q->gate.metrics, &q->gate.nmetrics, optarg))
@@ -988,6 +1062,9 @@ static int run(int cmd, struct query_opts *q)
 	char *sess_dir = NULL, *short_of = NULL, window[96];
 	long long fail_rows = 0;
 	int ret, err, format, analysis = cmd == CMD_STRAGGLERS || cmd == CMD_NETCHECK;
+	FILE *tl = NULL;
+	char *bar_text = NULL;
+	int bars;
 	int plain = cmd == CMD_QUERY && !q->merge && !q->fail_if;
 	size_t nnp = 0, nmp = 0, answered;
 
@@ -1038,6 +1115,22 @@ static int run(int cmd, struct query_opts *q)
 		format = conf.format		 ? output_format_parse(conf.format)
 			 : isatty(STDOUT_FILENO) ? FQ_FMT_TABLE
 						 : FQ_FMT_TSV;
+	analysis |= cmd == CMD_TIMELINE; /* its window and node SQL are an analysis's */
+	if (q->bars == BARS_ALWAYS && cmd == CMD_STRAGGLERS && format != FMT_REPORT) {
+		usage_error("--bars draws under the report: drop --format (or --bars)");
+		goto out;
+	}
+	if (cmd == CMD_TIMELINE && format != FMT_REPORT) {
+		usage_error("timeline writes a Perfetto/Chrome trace (JSON): drop --format");
+		goto out;
+	}
+	if (q->watch_ns && format != FMT_REPORT) {
+		usage_error("--watch prints what changes: drop --format");
+		goto out;
+	}
+	/* The bars need every rank's row: the merge gives them all, the report reads findings. */
+	bars = cmd == CMD_STRAGGLERS && format == FMT_REPORT && !q->watch_ns &&
+	       (q->bars == BARS_ALWAYS || (q->bars == BARS_AUTO && isatty(STDOUT_FILENO)));
 	if (analysis) {
 		int64_t len = q->since_ns < 0 ? 60000000000ll : q->since_ns;
 		int64_t start = len ? realtime_now() - len : 0;
@@ -1087,8 +1180,8 @@ static int run(int cmd, struct query_opts *q)
 		};
 		mp[nmp++] = (struct an_param){
 			cmd == CMD_STRAGGLERS ? ":all_ranks" : ":all_rows",
-			q->all ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
-			       : (struct wire_value){ .type = WIRE_NULL },
+			q->all || bars ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
+				       : (struct wire_value){ .type = WIRE_NULL },
 			NULL,
 		};
 		err = an_plan_load(&plan, cmd_names[cmd], np, nnp, len ? ":since_ns" : NULL,
@@ -1103,6 +1196,11 @@ static int run(int cmd, struct query_opts *q)
 			goto out;
 		}
 		q->sql = plan.node_sql;
+	}
+	/* A path that cannot be written fails before any node is asked. */
+	if (cmd == CMD_TIMELINE && !(tl = timeline_open(q->output, &cause))) {
+		usage_error("%s", cause);
+		goto out;
 	}
 	if (q->sql && !strcmp(q->sql, "-")) {
 		if (hostsel_reads_stdin(q->hsel, q->nhsel)) {
@@ -1229,6 +1327,12 @@ static int run(int cmd, struct query_opts *q)
 	case CMD_PING:
 		ret = print_ping(fo, cov, out, hosts, fp.nhosts, cov_json);
 		break;
+	case CMD_TIMELINE:
+		err = timeline_emit(merge_has_table(m) ? merge_db(m) : NULL, plan.merge_sql, tl,
+				    q->output, window, q->quiet, &short_of, &cause);
+		tl = NULL;
+		ret = err ? usage_error("%s", cause ? cause : strerror(-err)) : 0;
+		break;
 	default:
 		ret = 0;
 		if (merge_has_table(m)) {
@@ -1238,9 +1342,13 @@ static int run(int cmd, struct query_opts *q)
 						  cause ? cause : strerror(-err));
 				break;
 			}
+			if (bars)
+				bar_text = bars_take(merge_db(m), q->threshold > 0 ? q->threshold
+										     : 3.5,
+						     q->all);
 		}
 		answered = coverage_count(cov, FQ_OK) + coverage_count(cov, FQ_TRUNCATED);
-		if (format == FMT_REPORT && merge_has_table(m) && answered)
+		if (format == FMT_REPORT && merge_has_table(m) && answered && !q->watch)
 			err = cmd == CMD_STRAGGLERS
 				      ? an_report_stragglers(merge_db(m), stdout, window, &fd)
 				      : an_report_netcheck(merge_db(m), stdout, window, &fd);
@@ -1266,7 +1374,16 @@ static int run(int cmd, struct query_opts *q)
 					  sqlite3_errmsg(merge_db(m)));
 			break;
 		}
-		if (format == FMT_REPORT && (!merge_has_table(m) || !answered))
+		if (bar_text && answered)
+			fputs(bar_text, stdout);
+		/* a fan-out cut short by Ctrl-C would read as ranks that left */
+		if (q->watch && !interrupted &&
+		    watch_step(q->watch, merge_has_table(m) && answered ? merge_db(m) : NULL, cov,
+			       hosts, fp.nhosts)) {
+			ret = usage_error("out of memory");
+			break;
+		}
+		if (format == FMT_REPORT && (!merge_has_table(m) || !answered) && !q->watch)
 			printf("no answer: no node ran the %s query (see the coverage)\n",
 			       cmd_names[cmd]);
 		else if (format != FMT_REPORT)
@@ -1285,16 +1402,16 @@ static int run(int cmd, struct query_opts *q)
 		fprintf(stderr, "fleetq: --fail-if not run: no node answered (see the coverage)\n");
 	}
 	/* The same failure everywhere is one message, said once and plainly. */
-	if (common)
+	if (common && !q->watch)
 		fprintf(stderr, "fleetq: %s\n", common);
 	/* Not under -q: it says why the exit status is 3. */
 	if (short_of && (fd.hung || fd.stragglers || fd.flagged || fail_rows)) {
 		free(short_of); /* a finding is a verdict on the ranks that answered */
 		short_of = NULL;
 	}
-	if (short_of && !ret)
+	if (short_of && !ret && !q->watch)
 		fprintf(stderr, "fleetq: %s\n", short_of);
-	if (analysis && !q->quiet && !ret && !short_of) {
+	if (analysis && cmd != CMD_TIMELINE && !q->quiet && !ret && !short_of) {
 		if (cmd == CMD_STRAGGLERS && (fd.hung || fd.stragglers))
 			fprintf(stderr, "fleetq: stragglers: %d hung, %d straggler%s (first: %s), %s\n",
 				fd.hung, fd.stragglers, fd.stragglers == 1 ? "" : "s",
@@ -1322,11 +1439,16 @@ static int run(int cmd, struct query_opts *q)
 		      : fail_rows ? FQ_EXIT_GATE
 				  : coverage_exit(cov, q->min_coverage);
 out:
-	if (interrupted && ret != FQ_EXIT_USAGE) {
+	if (interrupted && ret != FQ_EXIT_USAGE && q->watch) {
+		ret = EXIT_INTERRUPTED;
+	} else if (interrupted && ret != FQ_EXIT_USAGE) {
 		fprintf(stderr, "fleetq: interrupted: printed what arrived (nodes still pending "
 				"are 'interrupted' in the coverage)\n");
 		ret = EXIT_INTERRUPTED;
 	}
+	if (tl && tl != stdout)
+		fclose(tl);
+	free(bar_text);
 	free(qvals);
 	free(cause);
 	free(sql_buf);
@@ -1346,6 +1468,43 @@ out:
 	free(hosts);
 	hostlist_free(hl);
 	config_release(&conf);
+	return ret;
+}
+
+/*
+ * --watch: run() every period, and watch_step() in it prints what changed. Ends on Ctrl-C
+ * (130), a usage or local error (2), a reader gone from stdout, or with
+ * --exit-on-straggler at the first finding (1, or 5 for a hung rank).
+ */
+static int watch_loop(int cmd, struct query_opts *q)
+{
+	int64_t start;
+	int ret;
+
+	q->watch = watch_new(stdout, q->watch_text);
+	if (!q->watch)
+		return usage_error("out of memory");
+	q->quiet = 1; /* the changes say it: no coverage and summary lines every period */
+	for (;;) {
+		start = watch_now();
+		ret = run(cmd, q);
+		if (ret == FQ_EXIT_USAGE || interrupted || ferror(stdout))
+			break;
+		if (q->exit_on_straggler && (ret == FQ_EXIT_GATE || ret == FQ_EXIT_HANG))
+			break;
+		if (watch_sleep(start, q->watch_ns, &interrupted))
+			break;
+	}
+	if (interrupted) {
+		watch_say(q->watch, "interrupted");
+		ret = EXIT_INTERRUPTED;
+	} else if (q->exit_on_straggler && (ret == FQ_EXIT_GATE || ret == FQ_EXIT_HANG)) {
+		watch_say(q->watch, ret == FQ_EXIT_HANG
+					    ? "exit 5: a hung rank (--exit-on-straggler)"
+					    : "exit 1: a straggler (--exit-on-straggler)");
+	}
+	watch_free(q->watch);
+	q->watch = NULL;
 	return ret;
 }
 
@@ -1464,7 +1623,12 @@ int main(int argc, char **argv)
 				  cmd_names[cmd], pos[0]);
 		goto out;
 	}
-	ret = run(cmd, &q);
+	if (q.exit_on_straggler && !q.watch_ns) {
+		ret = usage_error("--exit-on-straggler goes with --watch (without it, fleetq "
+				  "stragglers exits 1 on a straggler anyway)");
+		goto out;
+	}
+	ret = q.watch_ns ? watch_loop(cmd, &q) : run(cmd, &q);
 out:
 	free(pos);
 	free(q.hsel);

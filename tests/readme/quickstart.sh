@@ -44,9 +44,9 @@ PRE
 rc=$?
 [ $rc != 124 ] || fail "the block ran past 150 s"
 
-# Seven fleetq commands; only stragglers fails, with 1: a straggler found.
+# Eight fleetq commands; only stragglers fails, with 1: a straggler found.
 grep '^fq-rc ' "$T/out" >"$T/rcs"
-[ "$(grep -c . "$T/rcs")" = 7 ] || fail "not seven fleetq commands: $(cat "$T/rcs")"
+[ "$(grep -c . "$T/rcs")" = 8 ] || fail "not eight fleetq commands: $(cat "$T/rcs")"
 [ "$(grep -v '^fq-rc 0 ' "$T/rcs")" = "fq-rc 1 --hosts nodes.txt stragglers --since 5m" ] ||
 	fail "unexpected exit statuses: $(cat "$T/rcs")"
 # stragglers: the planted rank, agreed on by the signals
@@ -57,6 +57,12 @@ grep -q '^fleetq: netcheck: nothing among 16 ranks, last 5m' "$T/out" || fail "n
 # ping: four nodes, their names, ok
 [ "$(grep -cE '^localhost:[0-9]+ +ok +[0-9]+ .* gpu0[1-4] +generated' "$T/out")" = 4 ] ||
 	fail "ping: not four nodes ok"
+# timeline: every rank's events, a trace a JSON parser reads
+grep -q '^fleetq: timeline: [0-9]* events of 16 ranks, last 5m, newest 1000 seqs, in job.json' \
+	"$T/out" || fail "timeline"
+JOB=$(find "$T/tmp" -name job.json | head -n 1)
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["traceEvents"]' "${JOB:-/}" ||
+	fail "timeline: job.json is no trace"
 # --merge: 16 ranks, 1200 collectives each
 [ "$(grep -cP '^([0-9]|1[0-5])\t1200\.0$' "$T/out")" = 16 ] || fail "--merge: not 16 ranks x 1200"
 # hostlist(): all four nodes hold 4800 collectives, folded into one expression
@@ -66,6 +72,6 @@ grep -q '^fleetq: gate: saved [0-9]* metrics, run 1 (1 sample), 4 nodes, 16 rank
 	"$T/out" || fail "gate --save"
 grep -q '^fleetq gate: .* none regressed (tolerance 10%, 16 ranks)' "$T/out" || fail "gate --baseline"
 # every fan-out reached every node
-[ "$(grep -c '^coverage: 4/4 nodes ok' "$T/out")" = 7 ] || fail "a fan-out without full coverage"
+[ "$(grep -c '^coverage: 4/4 nodes ok' "$T/out")" = 8 ] || fail "a fan-out without full coverage"
 # the last line stopped the agents: nothing is left to kill
 echo "ok: README quick start ($(grep -c . "$T/block.sh") lines) gave true answers"

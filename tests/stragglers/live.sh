@@ -50,6 +50,38 @@ head -n 1 "$T/out" | grep -Eqx "straggler: rank 5 on 127.0.0.1:${PORT[$K]} \\(co
 	fail "want rank 5 on node$K (127.0.0.1:${PORT[$K]}) first: $(cat "$T/out")"
 grep -c "^straggler:" "$T/out" | grep -qx 1 || fail "more than one straggler: $(cat "$T/out")"
 
+# timeline of the slow job from the real tracer: 8 ranks' tracks, every collective, slices
+# that nest on each lane (the real trace has several threads, nested driver calls), and
+# rank 5 the latest to arrive
+fq -w "$HOSTS" timeline --since 5m --job slow-$$ -o "$T/live.json"
+expect_rc 0 "live timeline"
+python3 - "$T/live.json" $((8 * STEPS)) <<'PY' || fail "live timeline: $(head -c 800 "$T/live.json")"
+import json, statistics, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+rank = {p: int(n.split()[1]) for p, n in names.items()}
+assert sorted(rank.values()) == list(range(8)), names
+coll = [e for e in ev if e.get("cat") == "collective"]
+assert len(coll) == int(sys.argv[2]), len(coll)
+lanes = {}
+for e in ev:
+    if e["ph"] == "X":
+        lanes.setdefault((e["pid"], e["tid"]), []).append((e["ts"], -e["dur"]))
+for lane, xs in lanes.items():
+    ends = []
+    for ts, mdur in sorted(xs):
+        while ends and ends[-1] <= ts:
+            ends.pop()
+        assert not ends or ts - mdur <= ends[-1] + 0.001, (lane, ts, -mdur, ends)
+        ends.append(ts - mdur)
+late = {}
+for e in coll:
+    late.setdefault(rank[e["pid"]], []).append(e["args"]["late_us"])
+med = {r: statistics.median(v) for r, v in late.items()}
+print("live timeline, median late_us per rank:", {r: round(m) for r, m in sorted(med.items())})
+assert max(med, key=med.get) == 5, med
+PY
+
 # ping: four tracing agents, small offsets, no ring drops
 fq -w "$HOSTS" ping --format csv
 expect_rc 0 "live ping"
