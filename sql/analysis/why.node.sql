@@ -76,7 +76,7 @@ gs AS (
 	       100.0 * avg((s.clock_reasons & 2) != 0) AS appclk,
 	       max(s.xid_count) - min(s.xid_count) AS xid_new
 	FROM pgpu g JOIN rw r USING (comm_hash, rank, pid)
-	LEFT JOIN gpu_samples s ON s.gpu_uuid = g.gpu_uuid AND s.ts_ns BETWEEN r.t0 AND r.t1
+	LEFT JOIN gpu_samples s ON +s.gpu_uuid = g.gpu_uuid AND s.ts_ns BETWEEN r.t0 AND r.t1
 	GROUP BY g.comm_hash, g.rank, g.pid, g.gpu_uuid
 ),
 gb AS (
@@ -85,21 +85,23 @@ gb AS (
 	WHERE o = 1
 ),
 -- off-CPU intervals of its main thread in the window, and that thread's calls that wait
--- (synchronize, collectives): an interval that starts inside such a call is waiting
+-- (synchronize, collectives): an interval that starts inside such a call is waiting. Each
+-- read as a range of the table's key (the unary + keeps SQLite from indexing the whole
+-- table by pid first: a node's trace holds days of other processes)
 ev AS (
 	SELECT r.comm_hash, r.rank, r.pid, o.ts_ns, min(o.dur_ns, r.t1 - o.ts_ns) AS d,
 	       o.reason, 0 AS call
 	FROM rw r CROSS JOIN offcpu o
-	WHERE o.ts_ns BETWEEN r.t0 AND r.t1 AND o.pid = r.pid AND o.tid = r.pid
+	WHERE o.ts_ns BETWEEN r.t0 AND r.t1 AND +o.pid = r.pid AND +o.tid = r.pid
 	UNION ALL
 	SELECT r.comm_hash, r.rank, r.pid, k.ts_ns, k.dur_ns, NULL, 1
 	FROM rw r CROSS JOIN cuda_calls k
-	WHERE k.ts_ns BETWEEN r.t0 AND r.t1 AND k.pid = r.pid AND k.tid = r.pid
-	  AND k.kind = 'sync'
+	WHERE k.ts_ns BETWEEN r.t0 AND r.t1 AND +k.pid = r.pid AND +k.tid = r.pid
+	  AND +k.kind = 'sync'
 	UNION ALL
 	SELECT r.comm_hash, r.rank, r.pid, c.ts_ns, c.dur_ns, NULL, 1
 	FROM rw r CROSS JOIN collectives c
-	WHERE c.ts_ns BETWEEN r.t0 AND r.t1 AND c.pid = r.pid AND c.tid = r.pid
+	WHERE c.ts_ns BETWEEN r.t0 AND r.t1 AND +c.pid = r.pid AND +c.tid = r.pid
 ),
 evm AS (
 	SELECT ev.*, max(iif(call, ts_ns + d, NULL)) OVER (
