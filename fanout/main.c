@@ -1257,7 +1257,7 @@ static int run(int cmd, struct query_opts *q)
 			free(cause);
 			cause = NULL;
 			if (why.node_sql &&
-			    why_attach(merge_db(m), &why, &fp, &cause) && !interrupted)
+			    why_attach(merge_db(m), &why, &fp, mp, nmp, &cause) && !interrupted)
 				fprintf(stderr, "fleetq: stragglers: no evidence of why: %s\n",
 					cause ? cause : "out of memory");
 		}

@@ -141,7 +141,7 @@ out:
 }
 
 int why_attach(sqlite3 *db, const struct an_plan *plan, const struct fanout_params *fp,
-	       char **cause)
+	       const struct an_param *merge_params, size_t n, char **cause)
 {
 	struct fanout_params p = *fp;
 	struct fanout *fo = NULL;
@@ -174,7 +174,7 @@ int why_attach(sqlite3 *db, const struct an_plan *plan, const struct fanout_para
 		err = fq_fail(cause, -EIO, "no node answered the evidence query");
 		goto out;
 	}
-	err = an_merge(merge_db(m), plan->merge_sql, NULL, 0, cause);
+	err = an_merge(merge_db(m), plan->merge_sql, merge_params, n, cause);
 	if (!err)
 		err = copy_rows(merge_db(m), db, cause);
 	if (!err)

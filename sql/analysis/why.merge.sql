@@ -14,6 +14,10 @@
 --                  peers' median, and at least twice it (10)
 --   :ib_min        the InfiniBand rule: at least this many error counter increments on its
 --                  node more than its peers' median, and at least twice it (1)
+--   :threshold     with 3 ranks or more, every rule also needs the rank to be an outlier:
+--                  robust z (0.6745 (x - median) / MAD, as the verdict's) above this (3.5);
+--                  a loaded host spreads every rank's off-CPU time, and the largest of 8
+--                  equal ranks is always some points above their median
 --
 -- Peers' value: the median over the communicator's ranks (with 2 ranks, the other rank's).
 -- One row per (comm_hash, node, rank, pid):
@@ -27,7 +31,8 @@
 WITH
 prm AS (
 	SELECT coalesce(:clock_drop, 0.10) AS clock_drop, coalesce(:offcpu_gap, 0.05) AS offcpu_gap,
-	       coalesce(:retrans_min, 10) AS retrans_min, coalesce(:ib_min, 1) AS ib_min
+	       coalesce(:retrans_min, 10) AS retrans_min, coalesce(:ib_min, 1) AS ib_min,
+	       coalesce(:threshold, 3.5) AS thr
 ),
 r AS (
 	SELECT node, comm_hash, rank, pid, gpu_index, gpu_samples, util_pct, temp_c, sm_max_mhz,
@@ -46,12 +51,12 @@ r AS (
 ),
 c AS (
 	SELECT comm_hash,
-	       count(sm) AS n_sm, median(sm) AS m_sm, sum(sm) AS s_sm,
+	       count(sm) AS n_sm, median(sm) AS m_sm, sum(sm) AS s_sm, mad(sm) AS d_sm,
 	       count(util_pct) AS n_ut, median(util_pct) AS m_ut, sum(util_pct) AS s_ut,
-	       count(pre) AS n_pre, median(pre) AS m_pre, sum(pre) AS s_pre,
-	       count(blk) AS n_blk, median(blk) AS m_blk, sum(blk) AS s_blk,
-	       count(tcp) AS n_tcp, median(tcp) AS m_tcp, sum(tcp) AS s_tcp,
-	       count(ib) AS n_ib, median(ib) AS m_ib, sum(ib) AS s_ib
+	       count(pre) AS n_pre, median(pre) AS m_pre, sum(pre) AS s_pre, mad(pre) AS d_pre,
+	       count(blk) AS n_blk, median(blk) AS m_blk, sum(blk) AS s_blk, mad(blk) AS d_blk,
+	       count(tcp) AS n_tcp, median(tcp) AS m_tcp, sum(tcp) AS s_tcp, mad(tcp) AS d_tcp,
+	       count(ib) AS n_ib, median(ib) AS m_ib, sum(ib) AS s_ib, mad(ib) AS d_ib
 	FROM r GROUP BY comm_hash
 ),
 p AS (
@@ -67,7 +72,13 @@ p AS (
 	       CASE WHEN r.tcp IS NULL THEN NULL WHEN c.n_tcp = 2 THEN c.s_tcp - r.tcp
 		    WHEN c.n_tcp > 2 THEN c.m_tcp END AS p_tcp,
 	       CASE WHEN r.ib IS NULL THEN NULL WHEN c.n_ib = 2 THEN c.s_ib - r.ib
-		    WHEN c.n_ib > 2 THEN c.m_ib END AS p_ib
+		    WHEN c.n_ib > 2 THEN c.m_ib END AS p_ib,
+	       -- outlier among 3 or more ranks (oriented: positive = the bad side); 2: no test
+	       iif(c.n_sm > 2, -robust_z(r.sm, c.m_sm, c.d_sm), 1e9) AS z_sm,
+	       iif(c.n_pre > 2, robust_z(r.pre, c.m_pre, c.d_pre), 1e9) AS z_pre,
+	       iif(c.n_blk > 2, robust_z(r.blk, c.m_blk, c.d_blk), 1e9) AS z_blk,
+	       iif(c.n_tcp > 2, robust_z(r.tcp, c.m_tcp, c.d_tcp), 1e9) AS z_tcp,
+	       iif(c.n_ib > 2, robust_z(r.ib, c.m_ib, c.d_ib), 1e9) AS z_ib
 	FROM r JOIN c USING (comm_hash)
 ),
 f AS (
@@ -75,11 +86,13 @@ f AS (
 	       -- a GPU idle most of the window clocks down because it has nothing to do: that
 	       -- is the rank's effect (it waits on its host), not why it is slow
 	       coalesce(p.gpu_samples >= 2 AND p.sm <= (1 - prm.clock_drop) * p.p_sm
-			AND coalesce(p.idle_pct, 0) < 50, 0) AS f_gpu,
-	       coalesce(p.pre - p.p_pre >= 100 * prm.offcpu_gap, 0) AS f_pre,
-	       coalesce(p.blk - p.p_blk >= 100 * prm.offcpu_gap, 0) AS f_blk,
-	       coalesce(p.ib - p.p_ib >= prm.ib_min AND p.ib >= 2 * p.p_ib, 0) AS f_ib,
-	       coalesce(p.tcp - p.p_tcp >= prm.retrans_min AND p.tcp >= 2 * p.p_tcp, 0) AS f_tcp
+			AND coalesce(p.idle_pct, 0) < 50 AND p.z_sm > prm.thr, 0) AS f_gpu,
+	       coalesce(p.pre - p.p_pre >= 100 * prm.offcpu_gap AND p.z_pre > prm.thr, 0) AS f_pre,
+	       coalesce(p.blk - p.p_blk >= 100 * prm.offcpu_gap AND p.z_blk > prm.thr, 0) AS f_blk,
+	       coalesce(p.ib - p.p_ib >= prm.ib_min AND p.ib >= 2 * p.p_ib AND p.z_ib > prm.thr,
+			0) AS f_ib,
+	       coalesce(p.tcp - p.p_tcp >= prm.retrans_min AND p.tcp >= 2 * p.p_tcp
+			AND p.z_tcp > prm.thr, 0) AS f_tcp
 	FROM p, prm
 )
 SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
