@@ -257,7 +257,7 @@ void why_report(FILE *out, sqlite3_stmt *st)
 	}
 	if (whas(st, "gpu_samples") && wdbl(st, "gpu_samples") > 0) {
 		fprintf(out, "  why: GPU %s at %s MHz", wtxt(st, "gpu_index"),
-			grouped(a, sizeof(a), wdbl(st, "sm_mhz")));
+			whas(st, "sm_mhz") ? grouped(a, sizeof(a), wdbl(st, "sm_mhz")) : "?");
 		if (whas(st, "sm_max_mhz"))
 			fprintf(out, " (max %s)", grouped(a, sizeof(a), wdbl(st, "sm_max_mhz")));
 		if (whas(st, "peer_sm_mhz"))
