@@ -11,6 +11,7 @@
 #include "fqsql.h"
 #include "sqlfiles.h"
 #include "strbuf.h"
+#include "why.h"
 
 
 /* ":since_ns", "@since_ns" and "$since_ns" are one name to a user adapting a file. */
@@ -432,6 +433,7 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 	}
 	signal_line(out, st, "cpu", "cpu_ms", "peer_cpu_ms",
 		    "a step of CPU work (every thread, outside waits)");
+	why_report(out, st);
 	if (has(st, "peers_wait_s") && dbl(st, "peers_wait_s") > 0)
 		fprintf(out, "  cost: peers lost %.3f GPU-seconds waiting on it\n",
 			dbl(st, "peers_wait_s"));

@@ -31,6 +31,7 @@
 #include "strbuf.h"
 #include "timeline.h"
 #include "watch.h"
+#include "why.h"
 
 #ifndef FLEETQ_VERSION
 #define FLEETQ_VERSION "0"
@@ -1051,7 +1052,7 @@ static int run(int cmd, struct query_opts *q)
 	struct coverage *cov = NULL;
 	struct output *out = NULL;
 	struct direct *dout = NULL;
-	struct an_plan plan = { 0 };
+	struct an_plan plan = { 0 }, why = { 0 };
 	struct an_findings fd = { 0 };
 	struct an_seen seen = { 0 };
 	struct an_param np[5], mp[2];
@@ -1186,12 +1187,26 @@ static int run(int cmd, struct query_opts *q)
 		};
 		err = an_plan_load(&plan, cmd_names[cmd], np, nnp, len ? ":since_ns" : NULL,
 				   &cause);
+		/* The evidence files are checked now too: a broken one fails before any fan-out. */
+		if (!err && cmd == CMD_STRAGGLERS)
+			err = an_plan_load(&why, "why", np, nnp, len ? ":since_ns" : NULL, &cause);
+		/* A folder of files adapted before why.*.sql existed: the verdict alone. */
+		if (err == -ENOENT && cmd == CMD_STRAGGLERS && plan.merge_sql) {
+			if (!q->quiet)
+				fprintf(stderr, "fleetq: stragglers: no evidence of why: %s\n", cause);
+			free(cause);
+			cause = NULL;
+			an_plan_release(&why);
+			err = 0;
+		}
 		if (err) {
 			usage_error("%s", cause ? cause : strerror(-err));
 			goto out;
 		}
 		if (q->show_sql) {
 			an_plan_show(&plan, stdout, np, nnp, mp, nmp);
+			if (why.node_sql)
+				why_show(&why, stdout);
 			ret = fflush(stdout) ? FQ_EXIT_USAGE : FQ_EXIT_OK;
 			goto out;
 		}
@@ -1346,6 +1361,13 @@ static int run(int cmd, struct query_opts *q)
 				bar_text = bars_take(merge_db(m), q->threshold > 0 ? q->threshold
 										     : 3.5,
 						     q->all);
+			/* Why: the verdict stands without it, so a failure is only said. */
+			free(cause);
+			cause = NULL;
+			if (why.node_sql && !q->watch &&
+			    why_attach(merge_db(m), &why, &fp, mp, nmp, &cause) && !interrupted)
+				fprintf(stderr, "fleetq: stragglers: no evidence of why: %s\n",
+					cause ? cause : "out of memory");
 		}
 		answered = coverage_count(cov, FQ_OK) + coverage_count(cov, FQ_TRUNCATED);
 		if (format == FMT_REPORT && merge_has_table(m) && answered && !q->watch)
@@ -1460,6 +1482,7 @@ out:
 	an_seen_release(&seen);
 	free(short_of);
 	an_plan_release(&plan);
+	an_plan_release(&why);
 	direct_free(dout);
 	output_free(out);
 	coverage_free(cov);

@@ -18,6 +18,7 @@
 extern const char fq_embedded_stragglers_node[], fq_embedded_stragglers_merge[];
 extern const char fq_embedded_netcheck_node[], fq_embedded_netcheck_merge[];
 extern const char fq_embedded_timeline_node[], fq_embedded_timeline_merge[];
+extern const char fq_embedded_why_node[], fq_embedded_why_merge[];
 
 static const struct {
 	const char *name;
@@ -29,6 +30,8 @@ static const struct {
 	{ "netcheck.merge.sql", fq_embedded_netcheck_merge },
 	{ "timeline.node.sql", fq_embedded_timeline_node },
 	{ "timeline.merge.sql", fq_embedded_timeline_merge },
+	{ "why.node.sql", fq_embedded_why_node },
+	{ "why.merge.sql", fq_embedded_why_merge },
 };
 
 /* The whole file, or NULL with errno (ENOENT when it does not exist). */

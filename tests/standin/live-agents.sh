@@ -4,6 +4,8 @@
 # job, over mutual TLS. Skips (exit 77) without root, kernel BTF or a cgroup v2 mount.
 #   live_agents NAME: makes CG=<cgroup v2 mount>/NAME-$$ with node0..3 (removed at exit),
 #   starts the agents and waits for their ports; sets CG, PORT[0..3], HOSTS (a,b,c,d).
+#   With FAKENVML (tests/nvml's fake libnvidia-ml.so.1) set, each agent samples its fake GPUs
+#   every 100 ms, as $T/nvml.node<k>.conf says (a test writes these first).
 skip() { echo "SKIP: $*" >&2; exit 77; }
 
 cleanup_cg() {
@@ -32,10 +34,13 @@ live_agents() {
 	# Four agents load and attach at once (BPF loading takes a while each).
 	for k in 0 1 2 3; do
 		rm -f "$T/node$k.port"
+		GPUARGS=
+		[ -z "${FAKENVML:-}" ] || GPUARGS="--gpu-interval 0.1 --nvml-lib $FAKENVML"
+		FAKE_NVML_CONFIG=$T/nvml.node$k.conf \
 		"$AGENTD" --listen 127.0.0.1:0 --db "$T/node$k.db" --node "node$k" \
 			--ca "$T/ca/ca.crt" --cert "$T/ca/127.0.0.1.crt" --key "$T/ca/127.0.0.1.key" \
 			--cgroup "$CG/node$k" --probes "nccl,sync,sched,proc,$LIBS" --ib-interval 0 \
-			--port-file "$T/node$k.port" --log "$T/node$k.log" &
+			$GPUARGS --port-file "$T/node$k.port" --log "$T/node$k.log" &
 		APID[$k]=$!
 		PIDS="$PIDS $!"
 	done

@@ -70,4 +70,25 @@ FLEETQ_SQL_DIR=$T/sql "$FLEETQ" -w 127.0.0.1:1 netcheck >"$T/out" 2>"$T/err"
 rc=$?
 [ $rc = 2 ] && grep -q "cannot read '$T/sql/netcheck.node.sql'.*FLEETQ_SQL_DIR" "$T/err" ||
 	fail "missing file: rc=$rc $(cat "$T/err")"
+
+# 4. the evidence files (why.*.sql): shown after the verdict's, checked before any fan-out, and
+# a folder of files adapted before they existed still gives the verdict
+"$FLEETQ" stragglers --show-sql >"$T/out" 2>&1 || fail "--show-sql with why"
+grep -q "^-- evidence (a second fan-out, when a rank was named), node SQL: $SRC/why.node.sql$" \
+	"$T/out" || fail "why node origin"
+grep -q "^-- evidence merge SQL, run over its rows (table results): $SRC/why.merge.sql$" \
+	"$T/out" || fail "why merge origin"
+grep -q "^-- why.merge.sql: the evidence" "$T/out" || fail "why merge text"
+rm -rf "$T/sql" && mkdir "$T/sql" && cp "$SRC"/*.sql "$T/sql/"
+echo "SELECT nosuchcolumn FROM results" >"$T/sql/why.merge.sql"
+FLEETQ_SQL_DIR=$T/sql "$FLEETQ" -w 127.0.0.1:1 stragglers >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc = 2 ] && grep -q "$T/sql/why.merge.sql: no such column" "$T/err" ||
+	fail "broken why merge file: rc=$rc $(cat "$T/err")"
+rm "$T/sql"/why.*.sql
+FLEETQ_SQL_DIR=$T/sql "$FLEETQ" stragglers --show-sql >"$T/out" 2>"$T/err" ||
+	fail "no why files: $(cat "$T/err")"
+grep -q "^fleetq: stragglers: no evidence of why: cannot read '$T/sql/why.node.sql'" "$T/err" ||
+	fail "no why files: $(cat "$T/err")"
+grep -q "^-- evidence" "$T/out" && fail "no why files, yet evidence SQL shown"
 echo PASS

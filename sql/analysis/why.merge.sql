@@ -1,0 +1,126 @@
+-- SPDX-License-Identifier: MIT
+-- why.merge.sql: the evidence for `fleetq stragglers`, run over the merged rows of
+-- why.node.sql (table results: node, then that file's columns). Each rank against its
+-- peers (the other ranks of its communicator) and one "likely cause" when a rule fires.
+-- fleetq joins these rows to the verdict's by (comm_hash, node, rank, pid).
+-- docs/analysis.md ("Why: the evidence") explains every rule and its threshold.
+--
+-- Parameters (all optional; unbound = NULL = the default):
+--   :clock_drop    the GPU rule: its mean SM clock at least this share below its peers'
+--                  median (0.10), over at least 2 samples, its GPU not idle most of them
+--   :offcpu_gap    the off-CPU rules: its main thread preempted (or blocked outside waits)
+--                  at least this share of its window more than its peers' median (0.05)
+--   :retrans_min   the TCP rule: at least this many retransmits on its node more than its
+--                  peers' median, and at least twice it (10)
+--   :ib_min        the InfiniBand rule: at least this many error counter increments on its
+--                  node more than its peers' median, and at least twice it (1)
+--   :threshold     with 3 ranks or more, every rule also needs the rank to be an outlier:
+--                  robust z (0.6745 (x - median) / MAD, as the verdict's) above this (3.5);
+--                  a loaded host spreads every rank's off-CPU time, and the largest of 8
+--                  equal ranks is always some points above their median
+--
+-- Peers' value: the median over the communicator's ranks (with 2 ranks, the other rank's).
+-- One row per (comm_hash, node, rank, pid):
+--   gpu_index, gpu_samples, sm_mhz, peer_sm_mhz, sm_max_mhz, gpu_reason (the clock-event
+--   reason in most of its samples, NULL: none), util_pct, peer_util_pct, temp_c,
+--   preempted_pct, peer_preempted_pct, blocked_pct, peer_blocked_pct (off-CPU time of its
+--   main thread, % of its window), tcp_retrans,
+--   peer_tcp_retrans, ib_errors, peer_ib_errors, ib_worst, cause (the rule that gives the
+--   likely cause: 'gpu_clock', 'preempted', 'blocked', 'ib', 'tcp'; NULL: none fired),
+--   causes (every rule that fired, in that order), likely_cause (the line a person reads).
+WITH
+prm AS (
+	SELECT coalesce(:clock_drop, 0.10) AS clock_drop, coalesce(:offcpu_gap, 0.05) AS offcpu_gap,
+	       coalesce(:retrans_min, 10) AS retrans_min, coalesce(:ib_min, 1) AS ib_min,
+	       coalesce(:threshold, 3.5) AS thr
+),
+r AS (
+	SELECT node, comm_hash, rank, pid, gpu_index, gpu_samples, util_pct, temp_c, sm_max_mhz,
+	       iif(gpu_samples > 0, sm_mhz, NULL) AS sm,
+	       100.0 * preempted_ns / nullif(t1_ns - t0_ns, 0) AS pre,
+	       100.0 * blocked_ns / nullif(t1_ns - t0_ns, 0) AS blk,
+	       tcp_retrans AS tcp, ib_errors AS ib, ib_worst, idle_pct,
+	       CASE max(coalesce(hwslow_pct, 0), coalesce(thermal_pct, 0),
+			coalesce(power_pct, 0), coalesce(appclk_pct, 0))
+		    WHEN 0 THEN NULL
+		    WHEN coalesce(hwslow_pct, 0) THEN 'hardware slowdown'
+		    WHEN coalesce(thermal_pct, 0) THEN 'thermal slowdown'
+		    WHEN coalesce(power_pct, 0) THEN 'power cap'
+		    ELSE 'applications clocks' END AS reason
+	FROM results
+),
+c AS (
+	SELECT comm_hash,
+	       count(sm) AS n_sm, median(sm) AS m_sm, sum(sm) AS s_sm, mad(sm) AS d_sm,
+	       count(util_pct) AS n_ut, median(util_pct) AS m_ut, sum(util_pct) AS s_ut,
+	       count(pre) AS n_pre, median(pre) AS m_pre, sum(pre) AS s_pre, mad(pre) AS d_pre,
+	       count(blk) AS n_blk, median(blk) AS m_blk, sum(blk) AS s_blk, mad(blk) AS d_blk,
+	       count(tcp) AS n_tcp, median(tcp) AS m_tcp, sum(tcp) AS s_tcp, mad(tcp) AS d_tcp,
+	       count(ib) AS n_ib, median(ib) AS m_ib, sum(ib) AS s_ib, mad(ib) AS d_ib
+	FROM r GROUP BY comm_hash
+),
+p AS (
+	SELECT r.*,
+	       CASE WHEN r.sm IS NULL THEN NULL WHEN c.n_sm = 2 THEN c.s_sm - r.sm
+		    WHEN c.n_sm > 2 THEN c.m_sm END AS p_sm,
+	       CASE WHEN r.util_pct IS NULL THEN NULL WHEN c.n_ut = 2 THEN c.s_ut - r.util_pct
+		    WHEN c.n_ut > 2 THEN c.m_ut END AS p_ut,
+	       CASE WHEN r.pre IS NULL THEN NULL WHEN c.n_pre = 2 THEN c.s_pre - r.pre
+		    WHEN c.n_pre > 2 THEN c.m_pre END AS p_pre,
+	       CASE WHEN r.blk IS NULL THEN NULL WHEN c.n_blk = 2 THEN c.s_blk - r.blk
+		    WHEN c.n_blk > 2 THEN c.m_blk END AS p_blk,
+	       CASE WHEN r.tcp IS NULL THEN NULL WHEN c.n_tcp = 2 THEN c.s_tcp - r.tcp
+		    WHEN c.n_tcp > 2 THEN c.m_tcp END AS p_tcp,
+	       CASE WHEN r.ib IS NULL THEN NULL WHEN c.n_ib = 2 THEN c.s_ib - r.ib
+		    WHEN c.n_ib > 2 THEN c.m_ib END AS p_ib,
+	       -- outlier among 3 or more ranks (oriented: positive = the bad side); 2: no test
+	       iif(c.n_sm > 2, -robust_z(r.sm, c.m_sm, c.d_sm), 1e9) AS z_sm,
+	       iif(c.n_pre > 2, robust_z(r.pre, c.m_pre, c.d_pre), 1e9) AS z_pre,
+	       iif(c.n_blk > 2, robust_z(r.blk, c.m_blk, c.d_blk), 1e9) AS z_blk,
+	       iif(c.n_tcp > 2, robust_z(r.tcp, c.m_tcp, c.d_tcp), 1e9) AS z_tcp,
+	       iif(c.n_ib > 2, robust_z(r.ib, c.m_ib, c.d_ib), 1e9) AS z_ib
+	FROM r JOIN c USING (comm_hash)
+),
+f AS (
+	SELECT p.*,
+	       -- a GPU idle most of the window clocks down because it has nothing to do: that
+	       -- is the rank's effect (it waits on its host), not why it is slow
+	       coalesce(p.gpu_samples >= 2 AND p.sm <= (1 - prm.clock_drop) * p.p_sm
+			AND coalesce(p.idle_pct, 0) < 50 AND p.z_sm > prm.thr, 0) AS f_gpu,
+	       coalesce(p.pre - p.p_pre >= 100 * prm.offcpu_gap AND p.z_pre > prm.thr, 0) AS f_pre,
+	       coalesce(p.blk - p.p_blk >= 100 * prm.offcpu_gap AND p.z_blk > prm.thr, 0) AS f_blk,
+	       coalesce(p.ib - p.p_ib >= prm.ib_min AND p.ib >= 2 * p.p_ib AND p.z_ib > prm.thr,
+			0) AS f_ib,
+	       coalesce(p.tcp - p.p_tcp >= prm.retrans_min AND p.tcp >= 2 * p.p_tcp
+			AND p.z_tcp > prm.thr, 0) AS f_tcp
+	FROM p, prm
+)
+SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
+       round(p_sm) AS peer_sm_mhz, sm_max_mhz, reason AS gpu_reason,
+       round(util_pct, 1) AS util_pct, round(p_ut, 1) AS peer_util_pct, temp_c,
+       round(pre, 1) AS preempted_pct, round(p_pre, 1) AS peer_preempted_pct,
+       round(blk, 1) AS blocked_pct, round(p_blk, 1) AS peer_blocked_pct,
+       tcp AS tcp_retrans, p_tcp AS peer_tcp_retrans, ib AS ib_errors, p_ib AS peer_ib_errors,
+       ib_worst,
+       CASE WHEN f_gpu THEN 'gpu_clock' WHEN f_pre THEN 'preempted' WHEN f_blk THEN 'blocked'
+	    WHEN f_ib THEN 'ib' WHEN f_tcp THEN 'tcp' END AS cause,
+       nullif(substr(iif(f_gpu, ',gpu_clock', '') || iif(f_pre, ',preempted', '') ||
+		     iif(f_blk, ',blocked', '') || iif(f_ib, ',ib', '') || iif(f_tcp, ',tcp', ''),
+		     2), '') AS causes,
+       CASE WHEN f_gpu THEN printf('GPU %d at %,d MHz vs %,d median (%s)', gpu_index,
+				   CAST(round(sm) AS INTEGER), CAST(round(p_sm) AS INTEGER),
+				   coalesce(reason, 'no clock-event reason reported'))
+	    WHEN f_pre THEN printf('preempted %.0f%% of the window vs %.0f%% median '
+				   || '(CPU contention)', pre, p_pre)
+	    WHEN f_blk THEN printf('blocked %.0f%% of the window outside GPU waits '
+				   || 'vs %.0f%% median (I/O or sleep)', blk, p_blk)
+	    WHEN f_ib THEN printf('%,d InfiniBand errors on its node (%s) vs %,d median '
+				  || '(network)', CAST(ib AS INTEGER), ib_worst,
+				  CAST(round(p_ib) AS INTEGER))
+	    WHEN f_tcp THEN printf('%,d TCP retransmits on its node vs %,d median (network)',
+				   CAST(tcp AS INTEGER), CAST(round(p_tcp) AS INTEGER))
+	    WHEN p_sm IS NULL AND p_pre IS NULL AND p_tcp IS NULL
+		THEN 'none measured (no peer to compare with)'
+	    WHEN p_sm IS NULL THEN 'none measured (off-CPU, network equal to peers; no GPU samples)'
+	    ELSE 'none measured (GPU clocks, off-CPU, network equal to peers)' END AS likely_cause
+FROM f
