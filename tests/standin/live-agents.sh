@@ -4,6 +4,7 @@
 # job, over mutual TLS. Skips (exit 77) without root, kernel BTF or a cgroup v2 mount.
 #   live_agents NAME: makes CG=<cgroup v2 mount>/NAME-$$ with node0..3 (removed at exit),
 #   starts the agents and waits for their ports; sets CG, PORT[0..3], HOSTS (a,b,c,d).
+#   LIVE_PROBES: probe sets to add (e.g. tcp).
 skip() { echo "SKIP: $*" >&2; exit 77; }
 
 cleanup_cg() {
@@ -34,7 +35,7 @@ live_agents() {
 		rm -f "$T/node$k.port"
 		"$AGENTD" --listen 127.0.0.1:0 --db "$T/node$k.db" --node "node$k" \
 			--ca "$T/ca/ca.crt" --cert "$T/ca/127.0.0.1.crt" --key "$T/ca/127.0.0.1.key" \
-			--cgroup "$CG/node$k" --probes "nccl,sync,sched,proc,$LIBS" --ib-interval 0 \
+			--cgroup "$CG/node$k" --probes "nccl,sync,sched,proc${LIVE_PROBES:+,$LIVE_PROBES},$LIBS" --ib-interval 0 \
 			--port-file "$T/node$k.port" --log "$T/node$k.log" &
 		APID[$k]=$!
 		PIDS="$PIDS $!"
