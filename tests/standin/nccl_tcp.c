@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -123,9 +124,14 @@ static int connect_next(struct fqsi_tcp *t, const struct sockaddr_in *a, const c
 
 	for (;;) {
 		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), e;
+		uint64_t now = fqsi_now_ns(), left = deadline_ns > now ? deadline_ns - now : 1000;
+		struct timeval tv = { (time_t)(left / 1000000000u),
+				      (suseconds_t)(left % 1000000000u / 1000) };
 
 		if (fd < 0)
 			return say(cause, -errno, "cannot create a socket: %s", strerror(errno));
+		/* a peer whose link eats the SYNs: connect gives up at the deadline */
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 		if (!connect(fd, (const struct sockaddr *)a, sizeof(*a))) {
 			/* who is calling: the acceptor checks it is its previous rank */
 			if (write(fd, &me, sizeof(me)) != sizeof(me)) {
