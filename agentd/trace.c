@@ -1230,6 +1230,13 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	bpf_map__set_max_entries(t->skel->maps.events, t->ring_bytes);
 	bpf_program__set_autoload(t->skel->progs.sched_switch, !!(t->sets & PROBE_SCHED));
 	bpf_program__set_autoload(t->skel->progs.tcp_retransmit, !!(t->sets & PROBE_TCP));
+	/* a missing tracepoint must not cost the agent its other probes */
+	bpf_program__set_autoload(t->skel->progs.tcp_send, (t->sets & PROBE_TCP) &&
+				  libbpf_find_vmlinux_btf_id("sock_send_length",
+							     BPF_TRACE_RAW_TP) > 0);
+	bpf_program__set_autoload(t->skel->progs.tcp_connect, (t->sets & PROBE_TCP) &&
+				  libbpf_find_vmlinux_btf_id("inet_sock_set_state",
+							     BPF_TRACE_RAW_TP) > 0);
 	bpf_program__set_autoload(t->skel->progs.proc_exec, !!(t->sets & PROBE_PROC));
 	bpf_program__set_autoload(t->skel->progs.cgroup_attach, !!(t->sets & PROBE_PROC));
 	err = fqtrace_bpf__load(t->skel);
@@ -1299,6 +1306,17 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 
 		if (!l || add_link(t, l))
 			tlog("cannot attach tcp_retransmit_skb: %s", strerror(errno));
+		/* without them every retransmit is the host's (pid NULL): netcheck says less */
+		if (bpf_program__autoload(t->skel->progs.tcp_send)) {
+			l = bpf_program__attach(t->skel->progs.tcp_send);
+			if (!l || add_link(t, l))
+				tlog("cannot attach sock_send_length: %s", strerror(errno));
+		}
+		if (bpf_program__autoload(t->skel->progs.tcp_connect)) {
+			l = bpf_program__attach(t->skel->progs.tcp_connect);
+			if (!l || add_link(t, l))
+				tlog("cannot attach inet_sock_set_state: %s", strerror(errno));
+		}
 	}
 	if (t->sets & PROBE_PROC) {
 		struct bpf_link *l = bpf_program__attach(t->skel->progs.proc_exec);

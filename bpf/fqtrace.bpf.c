@@ -747,11 +747,56 @@ int BPF_KPROBE(prof_kernel, const void *rec)
 	return 0;
 }
 
+/*
+ * The traced process that sent on a TCP socket, or connected it, kept with the socket (freed
+ * with it): a retransmit mostly fires from a timer or from the ACK path in softirq, where
+ * current is a bystander, often the peer process whose ACK it is processing.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, uint32_t);
+} sk_owner SEC(".maps");
+
+/* Called in the process's own context: it owns sk if it is traced (a send never makes it so). */
+static __always_inline void own_sock(struct sock *sk)
+{
+	uint32_t tgid = bpf_get_current_pid_tgid() >> 32, *o;
+	uint16_t family;
+
+	if (!sk || !bpf_map_lookup_elem(&traced, &tgid))
+		return;
+	family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	if ((family != 2 && family != 10) || BPF_CORE_READ(sk, sk_protocol) != 6) /* TCP */
+		return;
+	o = bpf_sk_storage_get(&sk_owner, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (o && *o != tgid)
+		*o = tgid;
+}
+
+/* every sendmsg (kernels from 6.3; loaded only where the tracepoint exists) */
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(tcp_send, struct sock *sk, int ret, int flags)
+{
+	own_sock(sk);
+	return 0;
+}
+
+/* connect(): CLOSE -> SYN_SENT runs in the caller's context */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(tcp_connect, struct sock *sk, int oldstate, int newstate)
+{
+	if (newstate == 2) /* TCP_SYN_SENT */
+		own_sock(sk);
+	return 0;
+}
+
 SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(tcp_retransmit, const struct sock *sk)
 {
-	uint64_t id = bpf_get_current_pid_tgid();
-	uint32_t tgid = id >> 32;
+	uint32_t *o;
+	uint64_t id;
 	struct fq_ev_tcp *e;
 	uint16_t family;
 
@@ -763,9 +808,9 @@ int BPF_PROG(tcp_retransmit, const struct sock *sk)
 	e = reserve(sizeof(*e));
 	if (!e)
 		return 0;
-	/* retransmits mostly fire from timers in softirq: current is a bystander unless traced */
-	if (!bpf_map_lookup_elem(&traced, &tgid))
-		id = 0;
+	/* the traced process that sent on the socket, never current (see sk_owner) */
+	o = bpf_sk_storage_get(&sk_owner, (struct sock *)sk, 0, 0);
+	id = o ? (uint64_t)*o << 32 | *o : 0;
 	fill_hdr(&e->h, FQ_EV_TCP, id, 0, now_ns());
 	e->family = family;
 	e->sport = BPF_CORE_READ(sk, __sk_common.skc_num);

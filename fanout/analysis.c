@@ -464,11 +464,20 @@ static void netcheck_row(FILE *out, sqlite3_stmt *st)
 			or_q(txt(st, "detail")));
 	else
 		fprintf(out, "TCP retransmits%s", !strcmp(src, "tcp_host") ? " (host-wide)" : "");
-	fprintf(out, ": %s in slow windows (%.3f/s, outside %.3f/s", or_q(txt(st, "in_n")),
-		dbl(st, "in_per_s"), dbl(st, "out_per_s"));
-	if (has(st, "ratio"))
-		fprintf(out, ", %.1fx", dbl(st, "ratio"));
-	fprintf(out, "; concentration z %s, z %s)", or_q(txt(st, "conc_z")), or_q(txt(st, "z")));
+	if (has(st, "rule") && !strcmp(txt(st, "rule"), "throughout"))
+		/* named for its loss all through the run, not for its slow windows */
+		fprintf(out, " throughout the run: %s per collective (%.0f in slow windows, %.0f "
+			"outside; %.3f/s, z %s against its peers)", or_q(txt(st, "per_coll")),
+			dbl(st, "in_n"), dbl(st, "out_n"), dbl(st, "all_per_s"),
+			or_q(txt(st, "rate_z")));
+	else {
+		fprintf(out, ": %s in slow windows (%.3f/s, outside %.3f/s",
+			or_q(txt(st, "in_n")), dbl(st, "in_per_s"), dbl(st, "out_per_s"));
+		if (has(st, "ratio"))
+			fprintf(out, ", %.1fx", dbl(st, "ratio"));
+		fprintf(out, "; concentration z %s, z %s)", or_q(txt(st, "conc_z")),
+			or_q(txt(st, "z")));
+	}
 	if (strcmp(src, "ib") && has(st, "detail"))
 		fprintf(out, ", flow %s", txt(st, "detail"));
 	fprintf(out, "\n  communicator %s, %s slow windows, %s ranks\n", or_q(txt(st, "comm_hash")),

@@ -785,6 +785,56 @@ static void t_netcheck(void)
 	}
 }
 
+/*
+ * A lossy link that slows every collective alike: rank 9's process retransmits once in every
+ * collective (its slow windows hold no more than their share), rank 5's once in every fourth,
+ * every node has background. netcheck names rank 9 alone, by the 'throughout' rule; rank 5
+ * stays under :min_per_coll.
+ */
+static void t_netcheck_lossy(void)
+{
+	struct job j;
+	struct an_rows r;
+	char sql[1024];
+
+	make_job(&j, "lossy", 16, 4, "--seed 8", NULL);
+	for (int i = 0; i < 4; i++) {
+		snprintf(sql, sizeof(sql),
+			 "WITH RECURSIVE t(x) AS (SELECT %lld UNION ALL SELECT x + 2000000000 "
+			 "FROM t WHERE x < %lld) INSERT INTO tcp_retransmits (ts_ns, pid, saddr, "
+			 "sport, daddr, dport, state) SELECT x, NULL, '10.0.0.%d', 40000, "
+			 "'10.0.0.9', 29500, 'ESTABLISHED' FROM t",
+			 START_NS + 777000000ll, START_NS + 9000000000ll, i + 1);
+		CHECK(an_exec(j.paths[i], sql) == 0, "background %d", i);
+	}
+	CHECK(an_exec(j.paths[2],
+		      "INSERT OR IGNORE INTO tcp_retransmits (ts_ns, pid, saddr, sport, daddr, "
+		      "dport, state) SELECT ts_ns + 100000, pid, '10.0.0.3', 41000, '10.0.0.4', "
+		      "29500, 'ESTABLISHED' FROM collectives WHERE rank = 9") == 0,
+	      "retransmits of rank 9");
+	CHECK(an_exec(j.paths[1],
+		      "INSERT OR IGNORE INTO tcp_retransmits (ts_ns, pid, saddr, sport, daddr, "
+		      "dport, state) SELECT ts_ns + 100000, pid, '10.0.0.2', 41000, '10.0.0.3', "
+		      "29500, 'ESTABLISHED' FROM collectives WHERE rank = 5 AND seq % 4 = 0") == 0,
+	      "retransmits of rank 5");
+	if (run(&j, "netcheck.node.sql", "netcheck.merge.sql", NULL, NULL, 0, &r) == 0) {
+		dump("netcheck lossy", &r);
+		CHECK(r.nrows == 1, "netcheck lossy: %zu rows, want 1", r.nrows);
+		if (r.nrows >= 1) {
+			CHECK(!strcmp(cell(&r, 0, "node"), "node2") &&
+				      !strcmp(cell(&r, 0, "rank"), "9") &&
+				      !strcmp(cell(&r, 0, "source"), "tcp"),
+			      "netcheck lossy: named %s rank %s (%s)", cell(&r, 0, "node"),
+			      cell(&r, 0, "rank"), cell(&r, 0, "source"));
+			CHECK(!strcmp(cell(&r, 0, "rule"), "throughout"), "rule %s",
+			      cell(&r, 0, "rule"));
+			CHECK(atof(cell(&r, 0, "per_coll")) > 0.9, "per_coll %s",
+			      cell(&r, 0, "per_coll"));
+		}
+		an_rows_release(&r);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *t;
@@ -831,6 +881,8 @@ int main(int argc, char **argv)
 		t_blocks();
 	else if (!strcmp(t, "netcheck"))
 		t_netcheck();
+	else if (!strcmp(t, "netcheck_lossy"))
+		t_netcheck_lossy();
 	else {
 		fprintf(stderr, "test_analysis: unknown scenario '%s'\n", t);
 		return 2;

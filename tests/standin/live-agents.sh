@@ -6,6 +6,7 @@
 #   starts the agents and waits for their ports; sets CG, PORT[0..3], HOSTS (a,b,c,d).
 #   With FAKENVML (tests/nvml's fake libnvidia-ml.so.1) set, each agent samples its fake GPUs
 #   every 100 ms, as $T/nvml.node<k>.conf says (a test writes these first).
+#   LIVE_PROBES: probe sets to add (e.g. tcp).
 skip() { echo "SKIP: $*" >&2; exit 77; }
 
 cleanup_cg() {
@@ -39,8 +40,8 @@ live_agents() {
 		FAKE_NVML_CONFIG=$T/nvml.node$k.conf \
 		"$AGENTD" --listen 127.0.0.1:0 --db "$T/node$k.db" --node "node$k" \
 			--ca "$T/ca/ca.crt" --cert "$T/ca/127.0.0.1.crt" --key "$T/ca/127.0.0.1.key" \
-			--cgroup "$CG/node$k" --probes "nccl,sync,sched,proc,$LIBS" --ib-interval 0 \
-			$GPUARGS --port-file "$T/node$k.port" --log "$T/node$k.log" &
+			--cgroup "$CG/node$k" --probes "nccl,sync,sched,proc${LIVE_PROBES:+,$LIVE_PROBES},$LIBS" \
+			--ib-interval 0 $GPUARGS --port-file "$T/node$k.port" --log "$T/node$k.log" &
 		APID[$k]=$!
 		PIDS="$PIDS $!"
 	done

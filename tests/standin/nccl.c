@@ -10,6 +10,8 @@
  * wait in a later cudaStreamSynchronize, so a late rank waits least and its peers most. No data
  * moves. A profiler plugin named by NCCL_PROFILER_PLUGIN is called as NCCL 2.28 calls it.
  * With FQ_STANDIN_DEVICE=inline (standin.h) the arrival is published at enqueue instead.
+ * With FQ_STANDIN_TRANSPORT=tcp (nccl_tcp.h) the world communicator's all-reduces move their
+ * buffers' bytes between the rank processes over TCP, and wait for the network too.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -31,6 +33,7 @@
 #include <unistd.h>
 
 #include "standin.h"
+#include "nccl_tcp.h"
 /* the plugin ABI and NCCL's communicator hash, shared with fleetq's own plugin */
 #include "../../agentd/ncclprof/nccl_profiler.h"
 
@@ -146,6 +149,7 @@ struct ncclComm {
 	_Atomic uint64_t pending; /* stream items that still point at this comm */
 	void *prof_ctx;		  /* the profiler plugin's context, when its init succeeded */
 	int prof_mask;
+	struct fqsi_tcp *tcp; /* FQ_STANDIN_TRANSPORT=tcp: the ring's sockets, else NULL */
 };
 
 struct pending_op {
@@ -155,6 +159,8 @@ struct pending_op {
 	size_t count;
 	ncclDataType_t dtype;
 	cudaStream_t stream;
+	const void *sendbuff; /* all-reduce: the buffers, for the TCP transport */
+	void *recvbuff;
 };
 
 /* Kernel channels each collective reports to a profiler plugin. */
@@ -173,7 +179,7 @@ static __thread char last_error[256];
 static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x);
 
 /* One "device kernel" per operation, so a trace of cuLaunchKernel can tell them apart. */
-#define KERNEL(n) { FQSI_KERNEL_MAGIC, 7, "ncclDevKernel_" n, nccl_kernel_run }
+#define KERNEL(n) { FQSI_KERNEL_MAGIC, 10, "ncclDevKernel_" n, nccl_kernel_run }
 static const struct fqsi_kernel nccl_kernels[OP_COUNT] = {
 	KERNEL("AllReduce"), KERNEL("AllGather"), KERNEL("ReduceScatter"), KERNEL("Broadcast"),
 	KERNEL("Reduce"),    KERNEL("SendRecv"),  KERNEL("SendRecv"),
@@ -292,6 +298,26 @@ static bool blocking(void)
 	return s && !strcmp(s, "1");
 }
 
+static size_t dtype_size(ncclDataType_t t)
+{
+	switch (t) {
+	case ncclInt8:
+	case ncclUint8:
+	case ncclFloat8e4m3:
+	case ncclFloat8e5m2:
+		return 1;
+	case ncclFloat16:
+	case ncclBfloat16:
+		return 2;
+	case ncclInt64:
+	case ncclUint64:
+	case ncclFloat64:
+		return 8;
+	default:
+		return 4;
+	}
+}
+
 static void publish_arrival(struct ncclComm *c, uint64_t seq)
 {
 	uint64_t cur = atomic_load(&c->shm->arrived[c->rank]);
@@ -330,7 +356,7 @@ static void prof_record(void *h, int state, fq_nccl_state_args_t *a)
 /*
  * The collective's kernel, on the stream's device thread: GPU start, arrival, the wait for the
  * other ranks, the transfer, GPU stop. argv: comm, seq, op, peer, Coll event handle, count, the
- * per-function sequence number.
+ * per-function sequence number, send and receive buffers, data type.
  */
 static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 {
@@ -344,7 +370,7 @@ static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 	void *ch[NCHANNELS] = { 0 };
 	uint64_t off = fqsi_gpu_offset_ns(), all, end;
 	char note[160];
-	int err;
+	int err = 0;
 
 	if (x->failed) {
 		atomic_fetch_sub(&c->pending, 1);
@@ -364,7 +390,22 @@ static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 		d.kernelCh.pTimer = x->start_ns + off;
 		prof_start(c, &ch[i], &d);
 	}
-	err = comm_wait(c, cond, seq, peer, 1);
+	/* the TCP ring waits for every rank as the data goes round: for the network too */
+	if (c->tcp && op == OP_ALLREDUCE) {
+		ncclDataType_t dt = (ncclDataType_t)argv[9];
+		char *cause = NULL;
+
+		err = fqsi_tcp_allreduce(c->tcp, (const void *)(uintptr_t)argv[7],
+					 (void *)(uintptr_t)argv[8], (size_t)argv[5],
+					 dtype_size(dt), dt == ncclFloat32, seq,
+					 fqsi_now_ns() + fqsi_timeout_ns(), &cause);
+		if (err)
+			fail("rank %d of %d: AllReduce seq %llu over TCP: %s", c->rank, c->nranks,
+			     (unsigned long long)seq, cause ? cause : strerror(-err));
+		free(cause);
+	}
+	if (!err)
+		err = comm_wait(c, cond, seq, peer, 1);
 	if (err == -ETIMEDOUT) {
 		char who[160];
 
@@ -561,6 +602,7 @@ static void comm_leave(struct ncclComm *c)
 	/* a queued item still points at c: keep it mapped rather than fault in a later sync */
 	if (atomic_load(&c->pending))
 		return;
+	fqsi_tcp_close(c->tcp);
 	munmap(c->shm, sizeof(struct shm));
 	free(c);
 }
@@ -587,6 +629,16 @@ static ncclResult_t init_rank(ncclComm_t *comm, int nranks, const ncclUniqueId *
 	if (res)
 		return res;
 	res = comm_wait_joined(*comm);
+	if (!res) {
+		char *cause = NULL;
+
+		if (fqsi_tcp_open(rank, nranks, fqsi_now_ns() + fqsi_timeout_ns(), &(*comm)->tcp,
+				  &cause)) {
+			fail("rank %d: ncclCommInitRank: %s", rank, cause ? cause : "TCP failed");
+			res = ncclSystemError;
+		}
+		free(cause);
+	}
 	if (res) {
 		comm_leave(*comm);
 		*comm = NULL;
@@ -613,8 +665,9 @@ static ncclResult_t launch_op(const struct pending_op *p)
 	bool is_coll = p->op < OP_SEND;
 	uint64_t a0 = (uintptr_t)comm, a1 = comm->seq++, a2 = p->op,
 		 a3 = (uint64_t)(int64_t)p->peer, a4 = 0, a5 = p->count,
-		 a6 = is_coll ? comm->fseq[p->op]++ : 0;
-	void *params[7] = { &a0, &a1, &a2, &a3, &a4, &a5, &a6 };
+		 a6 = is_coll ? comm->fseq[p->op]++ : 0, a7 = (uintptr_t)p->sendbuff,
+		 a8 = (uintptr_t)p->recvbuff, a9 = (uint64_t)p->dtype;
+	void *params[10] = { &a0, &a1, &a2, &a3, &a4, &a5, &a6, &a7, &a8, &a9 };
 	dim3 grid = { 1, 1, 1 }, block = { 1, 1, 1 };
 	void *coll = NULL;
 	int err;
@@ -664,10 +717,10 @@ static ncclResult_t launch_op(const struct pending_op *p)
 	return ncclSuccess;
 }
 
-static ncclResult_t enqueue_op(enum op op, ncclComm_t comm, int peer, int root, size_t count,
-			       ncclDataType_t dtype, cudaStream_t stream)
+static ncclResult_t enqueue_buf(enum op op, ncclComm_t comm, int peer, int root, size_t count,
+			       ncclDataType_t dtype, cudaStream_t stream, const void *sb, void *rb)
 {
-	struct pending_op p = { op, comm, peer, root, count, dtype, stream };
+	struct pending_op p = { op, comm, peer, root, count, dtype, stream, sb, rb };
 
 	if (!comm) {
 		fail("%s: communicator is NULL", op_names[op]);
@@ -696,6 +749,12 @@ static ncclResult_t enqueue_op(enum op op, ncclComm_t comm, int peer, int root, 
 	}
 	group_ops[group_n++] = p;
 	return ncclSuccess;
+}
+
+static ncclResult_t enqueue_op(enum op op, ncclComm_t comm, int peer, int root, size_t count,
+			       ncclDataType_t dtype, cudaStream_t stream)
+{
+	return enqueue_buf(op, comm, peer, root, count, dtype, stream, NULL, NULL);
 }
 
 FQSI_EXPORT ncclResult_t ncclGetVersion(int *version)
@@ -886,7 +945,7 @@ FQSI_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, siz
 				       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
 				       cudaStream_t stream)
 {
-	return enqueue_op(OP_ALLREDUCE, comm, -1, -1, count, datatype, stream);
+	return enqueue_buf(OP_ALLREDUCE, comm, -1, -1, count, datatype, stream, sendbuff, recvbuff);
 }
 
 FQSI_EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,

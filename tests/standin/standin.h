@@ -36,7 +36,7 @@
  * what the item holds and return at once, as a faulted context drops queued work.
  */
 #define FQSI_KERNEL_MAGIC 0x6671736bu /* "fqsk" */
-#define FQSI_MAX_PARAMS 8
+#define FQSI_MAX_PARAMS 10
 
 struct fqsi_exec {
 	uint64_t start_ns;

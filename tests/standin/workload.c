@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <getopt.h>
 #include <limits.h>
 #include <mntent.h>
@@ -78,7 +79,9 @@ int cudaMalloc(void **p, size_t n);
 int cudaFree(void *p);
 const char *cudaGetErrorString(int e);
 
-#define COUNT (1u << 20) /* floats per collective */
+/* floats per collective: --count, default 1 Mi */
+static size_t count_floats = 1u << 20;
+#define COUNT count_floats
 
 enum shape { SHAPE_LOOP, SHAPE_DDP, SHAPE_FSDP, SHAPE_PIPELINE };
 enum slow_kind { SLOW_BUSY, SLOW_STALL, SLOW_GPU };
@@ -102,6 +105,7 @@ struct opts {
 	bool grouped;
 	const char *report;
 	bool worker;
+	const char *netns; /* rank r runs in the network namespace <netns><r> */
 };
 
 /* Per-rank counters in a memfd both sides map: they survive a rank that is killed. */
@@ -127,7 +131,8 @@ static void usage(FILE *f)
 		"         [--shape loop|ddp|fsdp|pipeline] [--buckets B] [--layers L]\n"
 		"         [--stages P] [--micro M] [--sync-every K] [--blocking]\n"
 		"         [--slow-kind busy|stall|gpu] [--launch-queue N] [--xfer-us US]\n"
-		"         [--device thread|inline] [--data-us US]\n");
+		"         [--device thread|inline] [--data-us US] [--count FLOATS]\n"
+		"         [--netns PREFIX]\n");
 }
 
 static int parse_long(const char *s, long lo, long hi, long *out)
@@ -160,7 +165,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "sync-every", 1, NULL, 'e' },	  { "blocking", 0, NULL, 'B' },
 		{ "slow-kind", 1, NULL, 'K' },	  { "launch-queue", 1, NULL, 'q' },
 		{ "xfer-us", 1, NULL, 'x' },	  { "device", 1, NULL, 'D' },
-		{ "data-us", 1, NULL, 'L' },	  { 0 },
+		{ "data-us", 1, NULL, 'L' },	  { "count", 1, NULL, 'N' },
+		{ "netns", 1, NULL, 'E' },	  { 0 },
 	};
 	int c;
 	long v;
@@ -291,6 +297,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'L':
 			err = parse_long(optarg, 0, 60000000, &o->data_us);
+			break;
+		case 'N':
+			err = parse_long(optarg, 1, 1L << 28, &v);
+			count_floats = (size_t)v;
+			break;
+		case 'E':
+			o->netns = optarg;
 			break;
 		case 'D':
 			if (strcmp(optarg, "thread") && strcmp(optarg, "inline"))
@@ -946,6 +959,7 @@ static int run_rank(const struct opts *o)
 	cudaStream_t stream = NULL;
 	ncclUniqueId id;
 	void *sendbuf = NULL, *recvbuf = NULL;
+	bool tcp = false;
 	pthread_t wd;
 	bool wd_started = false;
 	int local_rank, fd, ndev = 1, ret = 1, r;
@@ -1012,6 +1026,10 @@ static int run_rank(const struct opts *o)
 		ret = run_shape(&w, comm, stream, sendbuf, recvbuf) ? 1 : 0;
 		goto cleanup;
 	}
+	/* over TCP the all-reduce really sums: rank r sends r + 1, all get 1 + 2 + ... + n */
+	tcp = getenv("FQ_STANDIN_TRANSPORT") && !strcmp(getenv("FQ_STANDIN_TRANSPORT"), "tcp");
+	for (size_t i = 0; tcp && i < COUNT; i++)
+		((float *)sendbuf)[i] = (float)(w.rank + 1);
 
 	for (int step = 0; step < o->steps; step++) {
 		long work = o->step_us;
@@ -1067,6 +1085,16 @@ static int run_rank(const struct opts *o)
 		row(&w, "cudaStreamSynchronize", step, 0, dt, NULL);
 		atomic_fetch_add(&w.stat->syncs, 1);
 		atomic_fetch_add(&w.stat->sync_wait_ns, dt);
+	}
+	for (size_t i = 0; tcp && o->steps > 0 && i < COUNT; i++) {
+		float want = (float)w.nranks * (float)(w.nranks + 1) / 2;
+
+		if (((float *)recvbuf)[i] != want) {
+			fprintf(stderr,
+				"fq-workload: rank %d: all-reduce over TCP gave %g at %zu, want %g\n",
+				w.rank, (double)((float *)recvbuf)[i], i, (double)want);
+			goto cleanup;
+		}
 	}
 	ret = 0;
 cleanup:
@@ -1211,6 +1239,19 @@ static void exec_rank(struct job *j, int rank, char **argv, int argc, const char
 				buf, strerror(errno));
 			_exit(126);
 		}
+	}
+	if (o->netns) {
+		int fd;
+
+		/* a rank per network namespace, as a rank per host: its traffic crosses a link */
+		snprintf(buf, sizeof(buf), "/run/netns/%s%d", o->netns, rank);
+		fd = open(buf, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || setns(fd, CLONE_NEWNET)) {
+			fprintf(stderr, "fq-workload: rank %d: cannot join network namespace '%s': "
+				"%s\n", rank, buf, strerror(errno));
+			_exit(126);
+		}
+		close(fd);
 	}
 #define SETENV_INT(name, v) (snprintf(buf, sizeof(buf), "%d", (int)(v)), setenv(name, buf, 1))
 	SETENV_INT("RANK", rank);
