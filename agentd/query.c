@@ -20,7 +20,7 @@
 
 #include "../fanout/coverage.h"
 #include "../fanout/fanout.h"
-#include "../fanout/strbuf.h"
+#include "strbuf.h"
 #include "../sql/fqsql.h"
 #include "log.h"
 #include "query.h"
