@@ -806,9 +806,9 @@ static int relay_end(struct relay *rl, const char *node, int outcome, int64_t ro
 			  : outcome == FQ_SQL	    ? WIRE_E_SQL
 						    : WIRE_E_PEER,
 		.truncated = outcome == FQ_TRUNCATED,
-		.message = outcome == FQ_OK ? NULL : msg ? msg : outcome_name(outcome),
+		.message = outcome == FQ_OK ? NULL : msg ? msg : wire_outcome_name(outcome),
 		.node = node,
-		.outcome = outcome_name(outcome),
+		.outcome = wire_outcome_name(outcome),
 	};
 	int rc = relay_flush(rl);
 

@@ -430,6 +430,9 @@ static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *ms
 	}
 	if (outcome != FQ_OK && outcome != FQ_TRUNCATED)
 		fo->rows_total -= l->rows;
+	/* A relay with nothing more to say than the outcome: in fleetq's words. */
+	if (msg && !strcmp(msg, wire_outcome_name(outcome)))
+		msg = outcome_name(outcome);
 	coverage_set(fo->cov, h, outcome, l->rows, msg);
 }
 
@@ -828,10 +831,7 @@ static int end_outcome(const struct wire_end *e, int64_t rows, int64_t max_rows,
 	*why = NULL;
 	/* A relay tells the outcome it saw for the leaf: keep it as it is. */
 	if (e->node && e->outcome) {
-		outcome = -1;
-		for (int o = FQ_OK; o < FQ_NOUTCOMES; o++)
-			if (!strcmp(outcome_name(o), e->outcome))
-				outcome = o;
+		outcome = wire_outcome_parse(e->outcome);
 		/* A name we do not know is no "ok". */
 		if (outcome < 0) {
 			outcome = FQ_AGENT;

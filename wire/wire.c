@@ -71,6 +71,42 @@ const char *wire_status_name(int status)
 	return names[status];
 }
 
+static const char *const outcome_names[WIRE_NOUTCOMES] = {
+	[WIRE_OUT_PENDING] = "pending",	      [WIRE_OUT_OK] = "ok",
+	[WIRE_OUT_TRUNCATED] = "truncated",     [WIRE_OUT_TIMEOUT] = "timeout",
+	[WIRE_OUT_UNREACHABLE] = "unreachable", [WIRE_OUT_TLS] = "tls",
+	[WIRE_OUT_SQL] = "sql error",	      [WIRE_OUT_PROTOCOL] = "protocol",
+	[WIRE_OUT_COLUMNS] = "columns",	      [WIRE_OUT_PARTIAL] = "partial",
+	[WIRE_OUT_AGENT] = "agent",	      [WIRE_OUT_INTERRUPTED] = "interrupted",
+	[WIRE_OUT_BUSY] = "busy",
+};
+
+const char *wire_outcome_name(int outcome)
+{
+	return outcome >= 0 && outcome < WIRE_NOUTCOMES ? outcome_names[outcome] : "?";
+}
+
+int wire_outcome_parse(const char *name)
+{
+	/* What agents sent before the names above were fixed (fleetq's display names). */
+	static const struct {
+		const char *name;
+		int outcome;
+	} old[] = {
+		{ "protocol error", WIRE_OUT_PROTOCOL },
+		{ "columns differ", WIRE_OUT_COLUMNS },
+		{ "agent error", WIRE_OUT_AGENT },
+	};
+
+	for (int o = WIRE_OUT_OK; o < WIRE_NOUTCOMES; o++)
+		if (!strcmp(outcome_names[o], name))
+			return o;
+	for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++)
+		if (!strcmp(old[i].name, name))
+			return old[i].outcome;
+	return -1;
+}
+
 /* ---- buffers ---- */
 
 void wire_buf_init(struct wire_buf *b)
