@@ -18,10 +18,9 @@
 #include <event2/event.h>
 #include <sqlite3.h>
 
-#include "../fanout/coverage.h"
-#include "../fanout/fanout.h"
-#include "strbuf.h"
 #include "../sql/fqsql.h"
+#include "fanout.h"
+#include "strbuf.h"
 #include "log.h"
 #include "query.h"
 
@@ -738,8 +737,8 @@ out:
 	return rc;
 }
 
-static int relay_columns(void *ctx, size_t i, size_t ncols, const char *const *names,
-			 char **cause)
+static int relay_columns(void *ctx, size_t i, size_t count, size_t ncols,
+			 const char *const *names, char **cause)
 {
 	struct relay *rl = ctx;
 	struct query *q = rl->q;
@@ -759,8 +758,8 @@ static int relay_columns(void *ctx, size_t i, size_t ncols, const char *const *n
 	return 0;
 }
 
-static int relay_row(void *ctx, size_t i, size_t ncols, const struct wire_value *vals,
-		     char **cause)
+static int relay_row(void *ctx, size_t i, int64_t index, size_t ncols,
+		     const struct wire_value *vals, char **cause)
 {
 	struct relay *rl = ctx;
 	struct query *q = rl->q;
@@ -801,12 +800,12 @@ static int relay_end(struct relay *rl, const char *node, int outcome, int64_t ro
 	struct wire_end e = {
 		.id = q->id,
 		.rows = rows,
-		.status = outcome == FQ_OK	    ? WIRE_OK
-			  : outcome == FQ_TRUNCATED ? WIRE_E_ROWS
-			  : outcome == FQ_SQL	    ? WIRE_E_SQL
-						    : WIRE_E_PEER,
-		.truncated = outcome == FQ_TRUNCATED,
-		.message = outcome == FQ_OK ? NULL : msg ? msg : wire_outcome_name(outcome),
+		.status = outcome == WIRE_OUT_OK	  ? WIRE_OK
+			  : outcome == WIRE_OUT_TRUNCATED ? WIRE_E_ROWS
+			  : outcome == WIRE_OUT_SQL	  ? WIRE_E_SQL
+							  : WIRE_E_PEER,
+		.truncated = outcome == WIRE_OUT_TRUNCATED,
+		.message = outcome == WIRE_OUT_OK ? NULL : msg ? msg : wire_outcome_name(outcome),
 		.node = node,
 		.outcome = wire_outcome_name(outcome),
 	};
@@ -817,7 +816,7 @@ static int relay_end(struct relay *rl, const char *node, int outcome, int64_t ro
 		e.rtt_ns = in->rtt_ns;
 		e.samples = in->samples;
 	}
-	if (outcome != FQ_OK)
+	if (outcome != WIRE_OUT_OK)
 		rl->failed++;
 	if (!rc)
 		rc = wire_put_end(rl->b, &e);
@@ -827,7 +826,7 @@ static int relay_end(struct relay *rl, const char *node, int outcome, int64_t ro
 }
 
 static int relay_done(void *ctx, size_t i, int outcome, int64_t rows, const char *msg,
-		      char **cause)
+		      int status, char **cause)
 {
 	struct relay *rl = ctx;
 	int rc = relay_end(rl, rl->q->peers[i], outcome, rows, msg,
@@ -966,7 +965,7 @@ static int relay_screen(struct relay *rl)
 			q->peers[kept++] = q->peers[i];
 			continue;
 		}
-		rc = relay_end(rl, q->peers[i], FQ_AGENT, 0, why[i], NULL);
+		rc = relay_end(rl, q->peers[i], WIRE_OUT_AGENT, 0, why[i], NULL);
 		free(q->peers[i]);
 	}
 	for (; i < q->npeers; i++)
@@ -1002,9 +1001,9 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 		goto out;
 	total = q->npeers;
 	rl.rows = own.rows;
-	outcome = own.status == WIRE_OK ? FQ_OK : own.truncated ? FQ_TRUNCATED : FQ_SQL;
+	outcome = own.status == WIRE_OK ? WIRE_OUT_OK : own.truncated ? WIRE_OUT_TRUNCATED : WIRE_OUT_SQL;
 	/* Our own END reads as fleetq would have written it for us. */
-	if (outcome == FQ_TRUNCATED) {
+	if (outcome == WIRE_OUT_TRUNCATED) {
 		char *why = own.msg;
 
 		own.msg = NULL;
@@ -1052,18 +1051,18 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 	 * many PINGs in the QUERY; a requester that does not say: 4 when the query has
 	 * a clock parameter), so their offsets go up in END. */
 	fp.pings = q->pings > 0 ? (int)(q->pings < 64 ? q->pings : 64) : q->clock_param ? 4 : 0;
-	fp.sink = &sink;
+	fp.relay = 1;
 	fp.cancel = &q->stop; /* the client left or the agent drains */
 	fo = fanout_new(&fp, &cause);
 	if (!fo) {
 		/* Every peer fails alike (bad name, unreadable certificate). */
 		for (size_t i = 0; i < q->npeers && !rc; i++)
-			rc = relay_end(&rl, q->peers[i], FQ_AGENT, 0,
+			rc = relay_end(&rl, q->peers[i], WIRE_OUT_AGENT, 0,
 				       cause ? cause : "relay cannot start its fan-out", NULL);
 		goto out;
 	}
 	rl.fo = fo;
-	rc = fanout_run(fo, NULL, NULL, &cause);
+	rc = fanout_run(fo, &sink, &cause);
 	if (!rc)
 		rc = relay_flush(&rl);
 out:

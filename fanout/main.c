@@ -21,6 +21,7 @@
 #include "direct.h"
 #include "fanout.h"
 #include "gate.h"
+#include "gather.h"
 #include "fqsql.h"
 #include "hostlist.h"
 #include "hostsel.h"
@@ -1185,7 +1186,6 @@ static int run(int cmd, struct query_opts *q)
 	 */
 	if (out && plain) {
 		dout = direct_new(out, fp.nhosts, hosts, fp.progress && isatty(STDOUT_FILENO));
-		fp.direct = dout;
 	}
 	fo = fanout_new(&fp, &cause);
 	if (!fo) {
@@ -1200,7 +1200,7 @@ static int run(int cmd, struct query_opts *q)
 	}
 	/* A closed stdout must not kill us (and SSL writes must not either). */
 	signal(SIGPIPE, SIG_IGN);
-	err = fanout_run(fo, m, cov, &cause);
+	err = gather_run(fo, &fp, m, cov, dout, &cause);
 	if (err) {
 		usage_error("%s", cause ? cause : strerror(-err));
 		goto out;
