@@ -31,7 +31,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +40,7 @@
 #include <unistd.h>
 
 #include "nvml.h"
+#include "cause.h"
 #include "store.h"
 
 /* ---- NVML ABI, from nvml.h ---- */
@@ -204,21 +204,6 @@ static int64_t mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void set_cause(char **cause, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_cause(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!cause)
-		return;
-	free(*cause);
-	*cause = NULL;
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-}
-
 static const char *nvml_err(const struct gpu_sampler *g, nvmlReturn_t rc)
 {
 	const char *s = g->f.error_string ? g->f.error_string(rc) : NULL;
@@ -349,35 +334,35 @@ struct gpu_sampler *gpu_sampler_new(const char *lib, char **cause)
 	if (!lib)
 		lib = GPU_DEFAULT_LIB;
 	if (!g) {
-		set_cause(cause, "out of memory starting the GPU sampler");
+		fq_fail(cause, 0, "out of memory starting the GPU sampler");
 		errno = ENOMEM;
 		return NULL;
 	}
 	g->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	if (!g->dl) {
-		set_cause(cause, "cannot load '%s' (%s): no NVIDIA driver here, or point "
-				 "--nvml-lib at libnvidia-ml.so.1", lib, dlerror());
+		fq_fail(cause, 0, "cannot load '%s' (%s): no NVIDIA driver here, or point "
+				  "--nvml-lib at libnvidia-ml.so.1", lib, dlerror());
 		err = ENOENT;
 		goto fail;
 	}
 	load_syms(g);
 	if (!g->f.init || !g->f.shutdown || !g->f.count || !g->f.handle) {
-		set_cause(cause, "'%s' is not NVML: it lacks nvmlInit_v2 or nvmlDeviceGetCount_v2",
-			  lib);
+		fq_fail(cause, 0, "'%s' is not NVML: it lacks nvmlInit_v2 or nvmlDeviceGetCount_v2",
+			lib);
 		err = ENOEXEC;
 		goto fail;
 	}
 	rc = g->f.init();
 	if (rc != NVML_SUCCESS) {
-		set_cause(cause, "nvmlInit failed: %s (is the NVIDIA driver loaded?)",
-			  nvml_err(g, rc));
+		fq_fail(cause, 0, "nvmlInit failed: %s (is the NVIDIA driver loaded?)",
+			nvml_err(g, rc));
 		goto fail;
 	}
 	g->inited = true;
 	rc = g->f.count(&count);
 	if (rc != NVML_SUCCESS || count == 0) {
-		set_cause(cause, "NVML sees no GPU%s%s", rc != NVML_SUCCESS ? ": " : "",
-			  rc != NVML_SUCCESS ? nvml_err(g, rc) : "");
+		fq_fail(cause, 0, "NVML sees no GPU%s%s", rc != NVML_SUCCESS ? ": " : "",
+			rc != NVML_SUCCESS ? nvml_err(g, rc) : "");
 		goto fail;
 	}
 	if (count > MAX_GPUS)
@@ -395,7 +380,7 @@ struct gpu_sampler *gpu_sampler_new(const char *lib, char **cause)
 		g->n++;
 	}
 	if (!g->n) {
-		set_cause(cause, "NVML counts %u GPUs but opens none", count);
+		fq_fail(cause, 0, "NVML counts %u GPUs but opens none", count);
 		goto fail;
 	}
 	if (g->f.driver_version)
@@ -977,14 +962,14 @@ struct gpu_thread *gpu_thread_start(const struct gpu_thread_opts *o, struct stor
 
 	if (o->interval_ms <= 0) {
 		store_set_meta_text(st, "gpu_status", "off (--gpu-interval 0)");
-		set_cause(cause, "off (--gpu-interval 0)");
+		fq_fail(cause, 0, "off (--gpu-interval 0)");
 		errno = EINVAL;
 		return NULL;
 	}
 	t = calloc(1, sizeof(*t));
 	if (!t || !(t->procs = calloc(MAX_PROCS, sizeof(*t->procs)))) {
 		free(t);
-		set_cause(cause, "out of memory starting the GPU sampler");
+		fq_fail(cause, 0, "out of memory starting the GPU sampler");
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -995,7 +980,7 @@ struct gpu_thread *gpu_thread_start(const struct gpu_thread_opts *o, struct stor
 		err = errno;
 		snprintf(line, sizeof(line), "off: %s", why ? why : "cannot start NVML");
 		store_set_meta_text(st, "gpu_status", line);
-		set_cause(cause, "%s", line);
+		fq_fail(cause, 0, "%s", line);
 		free(why);
 		free(t->procs);
 		free(t);
@@ -1013,7 +998,7 @@ struct gpu_thread *gpu_thread_start(const struct gpu_thread_opts *o, struct stor
 	err = pthread_create(&t->th, NULL, gpu_main, t);
 	if (err) {
 		store_set_meta_text(st, "gpu_status", "off: cannot start the GPU sampling thread");
-		set_cause(cause, "cannot start the GPU sampling thread: %s", strerror(err));
+		fq_fail(cause, 0, "cannot start the GPU sampling thread: %s", strerror(err));
 		pthread_mutex_destroy(&t->mu);
 		pthread_cond_destroy(&t->cv);
 		gpu_sampler_free(t->g);

@@ -38,6 +38,7 @@
 
 #include <sqlite3.h>
 
+#include "cause.h"
 #include "fqsql.h"
 #include "store.h"
 #include "store_file.h"
@@ -262,21 +263,6 @@ static void log_line(const char *fmt, ...)
 	fputs("agentd: ", stderr);
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
-	va_end(ap);
-}
-
-static void set_cause(char **cause, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_cause(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!cause)
-		return;
-	free(*cause);
-	*cause = NULL;
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
 	va_end(ap);
 }
 
@@ -1298,9 +1284,9 @@ static int exec_sql(sqlite3 *db, const char *sql, char **cause, const char *path
 
 	rc = sqlite3_exec(db, sql, NULL, NULL, &err);
 	if (rc != SQLITE_OK) {
-		set_cause(cause, "cannot set up trace store '%s': %s: %s; check the file is a "
-				 "fleetq trace store on a writable local disk",
-			  path, sql, err ? err : sqlite3_errstr(rc));
+		fq_fail(cause, 0, "cannot set up trace store '%s': %s: %s; check the file is a "
+				  "fleetq trace store on a writable local disk",
+			path, sql, err ? err : sqlite3_errstr(rc));
 		sqlite3_free(err);
 		return -EIO;
 	}
@@ -1317,9 +1303,9 @@ static int store_open_db(struct store *s, const struct store_opts *o, char **cau
 			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
 			     NULL);
 	if (rc != SQLITE_OK) {
-		set_cause(cause, "cannot open trace store '%s': %s; check the directory exists "
-				 "and is writable",
-			  o->path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+		fq_fail(cause, 0, "cannot open trace store '%s': %s; check the directory exists "
+				  "and is writable",
+			o->path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
 		return -EIO;
 	}
 	sqlite3_extended_result_codes(s->db, 1);
@@ -1361,9 +1347,9 @@ static int store_move_aside(struct store *s, const char *path, int64_t version, 
 	}
 	if (!to[0] || rename(path, to)) {
 		err = to[0] ? -errno : -EEXIST;
-		set_cause(cause, "trace store '%s' has schema version %" PRId64 " and cannot be "
-				 "moved aside (%s): move or delete it and restart agentd",
-			  path, version, strerror(-err));
+		fq_fail(cause, 0, "trace store '%s' has schema version %" PRId64 " and cannot be "
+				  "moved aside (%s): move or delete it and restart agentd",
+			path, version, strerror(-err));
 		return err;
 	}
 	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
@@ -1433,9 +1419,10 @@ static int store_setup_db(struct store *s, const struct store_opts *o, char **ca
 		rc = sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
 					&s->st[i], NULL);
 		if (rc != SQLITE_OK) {
-			set_cause(cause, "trace store '%s' does not have the expected schema (%s); "
-					 "move it aside and restart agentd",
-				  o->path, sqlite3_errmsg(s->db));
+			fq_fail(cause, 0,
+				"trace store '%s' does not have the expected schema (%s); "
+				"move it aside and restart agentd",
+				o->path, sqlite3_errmsg(s->db));
 			return -EINVAL;
 		}
 	}
@@ -1470,7 +1457,7 @@ struct store *store_open(const struct store_opts *o, char **cause)
 	int err;
 
 	if (!o || !o->path) {
-		set_cause(cause, "no trace store path given; pass one with --db");
+		fq_fail(cause, 0, "no trace store path given; pass one with --db");
 		errno = EINVAL;
 		return NULL;
 	}
@@ -1518,7 +1505,7 @@ struct store *store_open(const struct store_opts *o, char **cause)
 
 	err = -pthread_create(&s->thread, NULL, writer_main, s);
 	if (err) {
-		set_cause(cause, "cannot start the trace store writer thread: %s", strerror(-err));
+		fq_fail(cause, 0, "cannot start the trace store writer thread: %s", strerror(-err));
 		goto fail;
 	}
 	s->thread_started = true;
@@ -1526,8 +1513,8 @@ struct store *store_open(const struct store_opts *o, char **cause)
 
 fail:
 	if (err == -ENOMEM && cause && !*cause)
-		set_cause(cause, "out of memory opening trace store '%s'; lower --queue-rows",
-			  o->path);
+		fq_fail(cause, 0, "out of memory opening trace store '%s'; lower --queue-rows",
+			o->path);
 	store_close(s);
 	errno = -err;
 	return NULL;
