@@ -41,6 +41,7 @@
 
 #include "nvml.h"
 #include "cause.h"
+#include "clock.h"
 #include "store.h"
 
 /* ---- NVML ABI, from nvml.h ---- */
@@ -195,14 +196,6 @@ struct gpu_sampler {
 	int nseen, capseen;
 	struct gpu_sampler_stats st;
 };
-
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static const char *nvml_err(const struct gpu_sampler *g, nvmlReturn_t rc)
 {
@@ -470,7 +463,7 @@ static bool nvlink_wanted(const struct gpu *u)
 /* Reads GPU u's NVLink error counters into its cache. */
 static void nvlink_read(struct gpu_sampler *g, struct gpu *u)
 {
-	int64_t t0 = mono_ns();
+	int64_t t0 = clock_ns(CLOCK_MONOTONIC);
 
 	u->nvl_replay = nvlink_sum(g, u, F_NVL_REPLAY, NVML_NVLINK_ERROR_DL_REPLAY,
 				   NVML_NVLINK_ERROR_DL_REPLAY);
@@ -478,7 +471,7 @@ static void nvlink_read(struct gpu_sampler *g, struct gpu *u)
 				     NVML_NVLINK_ERROR_DL_RECOVERY);
 	u->nvl_crc = nvlink_sum(g, u, F_NVL_CRC, NVML_NVLINK_ERROR_DL_CRC_FLIT,
 				NVML_NVLINK_ERROR_DL_CRC_DATA);
-	u->nvl_next_ns = mono_ns() + NVLINK_PERIOD_NS;
+	u->nvl_next_ns = clock_ns(CLOCK_MONOTONIC) + NVLINK_PERIOD_NS;
 	g->st.nvlink_ns = u->nvl_next_ns - NVLINK_PERIOD_NS - t0;
 }
 
@@ -547,7 +540,7 @@ static void sample_one(struct gpu_sampler *g, struct gpu *u, struct rec_gpu *r)
 int gpu_sampler_sample(struct gpu_sampler *g, int64_t ts_ns,
 		       int (*emit)(void *arg, const struct rec_gpu *r), void *arg)
 {
-	int64_t t0 = mono_ns(), dt;
+	int64_t t0 = clock_ns(CLOCK_MONOTONIC), dt;
 	struct rec_gpu r[MAX_GPUS];
 	int i;
 
@@ -562,7 +555,7 @@ int gpu_sampler_sample(struct gpu_sampler *g, int64_t ts_ns,
 	for (i = 0; i < g->n; i++) {
 		struct gpu *u = &g->gpu[(g->nvl_next + i) % g->n];
 
-		if (nvlink_wanted(u) && mono_ns() >= u->nvl_next_ns) {
+		if (nvlink_wanted(u) && clock_ns(CLOCK_MONOTONIC) >= u->nvl_next_ns) {
 			nvlink_read(g, u);
 			g->nvl_next = (g->nvl_next + i + 1) % g->n;
 			break;
@@ -573,7 +566,7 @@ int gpu_sampler_sample(struct gpu_sampler *g, int64_t ts_ns,
 		r[i].nvlink_recovery = g->gpu[i].nvl_recovery;
 		r[i].nvlink_crc = g->gpu[i].nvl_crc;
 	}
-	dt = mono_ns() - t0;
+	dt = clock_ns(CLOCK_MONOTONIC) - t0;
 	g->st.samples++;
 	g->st.last_ns = dt;
 	g->st.total_ns += dt;
@@ -877,14 +870,6 @@ struct gpu_thread {
 	bool stop;
 };
 
-static int64_t real_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static int put_gpu(void *arg, const struct rec_gpu *r)
 {
 	struct rec rec = { .kind = REC_GPU };
@@ -919,22 +904,23 @@ static void put_cost(struct gpu_thread *t)
 static void *gpu_main(void *arg)
 {
 	struct gpu_thread *t = arg;
-	int64_t next = mono_ns();
+	int64_t next = clock_ns(CLOCK_MONOTONIC);
 	struct timespec ts;
 
 	pthread_mutex_lock(&t->mu);
 	while (!t->stop) {
-		int64_t now = mono_ns();
+		int64_t now = clock_ns(CLOCK_MONOTONIC);
 
 		if (now >= next) {
 			int np = 0;
 
 			pthread_mutex_unlock(&t->mu);
-			gpu_sampler_sample(t->g, real_ns(), put_gpu, t->st);
+			gpu_sampler_sample(t->g, clock_ns(CLOCK_REALTIME), put_gpu, t->st);
 			if (t->o.list_procs)
 				np = t->o.list_procs(t->o.arg, t->procs, MAX_PROCS);
 			if (np > 0)
-				gpu_sampler_map(t->g, real_ns(), t->procs, np, put_map, t->st);
+				gpu_sampler_map(t->g, clock_ns(CLOCK_REALTIME), t->procs, np,
+						put_map, t->st);
 			if (t->g->st.samples % META_EVERY == 1)
 				put_cost(t);
 			pthread_mutex_lock(&t->mu);

@@ -19,6 +19,7 @@
 #include <sqlite3.h>
 
 #include "../sql/fqsql.h"
+#include "clock.h"
 #include "fanout.h"
 #include "strbuf.h"
 #include "log.h"
@@ -130,14 +131,6 @@ static int budget_cause(struct query *q, struct result *r)
 		return 1;
 	}
 	return 0;
-}
-
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 int query_pool_init(struct query_pool *p, int max)
@@ -1019,7 +1012,7 @@ static int relay(struct query *q, struct wire_buf *b, struct result *r)
 		goto out;
 
 	/* Each hop keeps a margin so its ENDs get up before the caller gives up. */
-	left_ms = (q->deadline_ns - mono_ns()) / 1000000;
+	left_ms = (q->deadline_ns - clock_ns(CLOCK_MONOTONIC)) / 1000000;
 	margin = left_ms / 10 > 200 ? left_ms / 10 : 200;
 	fp.hosts = (const char *const *)q->peers;
 	fp.nhosts = q->npeers;
@@ -1112,7 +1105,7 @@ static void *worker(void *arg)
 
 	wire_buf_init(&b);
 	rc = q->npeers ? relay(q, &b, &r) : run_budgeted(q, &b, &r);
-	elapsed = mono_ns() - q->start_ns;
+	elapsed = clock_ns(CLOCK_MONOTONIC) - q->start_ns;
 	if (rc != -ECANCELED) {
 		struct wire_end e = {
 			.id = q->id,
@@ -1251,7 +1244,7 @@ struct query *query_start(struct query_pool *p, const struct wire_query *m, cons
 	q->max_rows = lower(p->max_rows, m->max_rows);
 	q->max_bytes = lower(p->max_bytes, m->max_bytes);
 	q->timeout_ms = lower(p->timeout_ms, m->timeout_ms);
-	q->start_ns = mono_ns();
+	q->start_ns = clock_ns(CLOCK_MONOTONIC);
 	q->deadline_ns = q->start_ns + q->timeout_ms * 1000000;
 	snprintf(q->peer, sizeof(q->peer), "%s", peer && *peer ? peer : "-");
 	snprintf(q->addr, sizeof(q->addr), "%s", addr ? addr : "-");

@@ -39,6 +39,7 @@
 #include <sqlite3.h>
 
 #include "cause.h"
+#include "clock.h"
 #include "fqsql.h"
 #include "store.h"
 #include "store_file.h"
@@ -246,14 +247,6 @@ struct store {
 	uint64_t meta_gen, meta_done; /* meta set / meta written (or tried) */
 };
 
-static int64_t now_ns(clockid_t c)
-{
-	struct timespec ts;
-
-	clock_gettime(c, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void log_line(const char *fmt, ...)
 {
@@ -378,7 +371,7 @@ int store_put(struct store *s, const struct rec *r)
 		sl->h.r.u.comm.comm_hash[16] = '\0';
 	else if (r->kind == REC_COLLECTIVE)
 		sl->h.r.u.collective.comm_hash[16] = '\0';
-	atomic_store_explicit(&sl->h.enq_ns, now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
+	atomic_store_explicit(&sl->h.enq_ns, clock_ns(CLOCK_MONOTONIC), memory_order_relaxed);
 	atomic_store_explicit(&sl->h.seq, pos + 1, memory_order_release);
 
 	/* Pairs with the writer's fence between setting 'sleeping' and looking at
@@ -735,7 +728,7 @@ static void txn_end(struct store *s, int rc)
 		}
 		oldest = atomic_load_explicit(&s->txn_oldest_ns, memory_order_relaxed);
 		if (oldest)
-			lag = now_ns(CLOCK_MONOTONIC) - oldest;
+			lag = clock_ns(CLOCK_MONOTONIC) - oldest;
 		meta_put_int(s, "store_rows",
 			     atomic_load_explicit(&s->rows, memory_order_relaxed) + s->in_txn);
 		meta_put_int(s, "store_drops",
@@ -747,7 +740,7 @@ static void txn_end(struct store *s, int rc)
 			     atomic_load_explicit(&s->ts_nudged, memory_order_relaxed) +
 				     s->nudged_txn);
 		meta_put_int(s, "store_lag_ns", lag);
-		meta_put_int(s, "store_commit_ns", now_ns(CLOCK_REALTIME));
+		meta_put_int(s, "store_commit_ns", clock_ns(CLOCK_REALTIME));
 		rc = step_reset(s->st[ST_COMMIT]);
 	}
 	if (rc == SQLITE_OK && s->wal_pages >= CKPT_WAIT_PAGES) {
@@ -950,7 +943,7 @@ static void ckpt_request(struct store *s, bool wait)
 	if (wait || s->ckpt_done == s->ckpt_req) {
 		gen = ++s->ckpt_req;
 		pthread_cond_signal(&s->ckpt_wake);
-		t = now_ns(CLOCK_MONOTONIC) + CKPT_WAIT_NS;
+		t = clock_ns(CLOCK_MONOTONIC) + CKPT_WAIT_NS;
 		ts.tv_sec = t / 1000000000LL;
 		ts.tv_nsec = t % 1000000000LL;
 		while (wait && s->ckpt_done < gen &&
@@ -1131,7 +1124,7 @@ static int retain_pass(struct store *s, bool *more)
 	if (!s->retain_age_s && !s->retain_bytes)
 		return SQLITE_OK;
 	if (s->retain_age_s > 0) {
-		rc = retain_before(s, now_ns(CLOCK_REALTIME) - s->retain_age_s * 1000000000LL,
+		rc = retain_before(s, clock_ns(CLOCK_REALTIME) - s->retain_age_s * 1000000000LL,
 				   more);
 		if (rc != SQLITE_OK)
 			goto out;
@@ -1195,7 +1188,7 @@ static void retain_run(struct store *s, uint64_t retain_req)
 	do
 		rc = retain_pass(s, &more);
 	while (rc == SQLITE_OK && more && retain_req > s->retain_done && ++passes < 1000);
-	s->next_retain_ns = now_ns(CLOCK_MONOTONIC) + (more ? 0 : RETAIN_INTERVAL_NS);
+	s->next_retain_ns = clock_ns(CLOCK_MONOTONIC) + (more ? 0 : RETAIN_INTERVAL_NS);
 	pthread_mutex_lock(&s->mu);
 	if (retain_req > s->retain_done) {
 		s->retain_done = retain_req;
@@ -1223,7 +1216,7 @@ static void *writer_main(void *arg)
 		meta_new = s->meta_gen > s->meta_done;
 		pthread_mutex_unlock(&s->mu);
 
-		now = now_ns(CLOCK_MONOTONIC);
+		now = clock_ns(CLOCK_MONOTONIC);
 		if (s->txn_open &&
 		    (s->in_txn >= s->batch_rows || flush_wanted || stop || meta_new ||
 		     retain_req > s->retain_done ||
@@ -1436,7 +1429,7 @@ static int store_setup_db(struct store *s, const struct store_opts *o, char **ca
 		meta_put_text(s, "node", o->node);
 	if (o->clock_source)
 		meta_put_text(s, "clock_source", o->clock_source);
-	meta_put_int(s, "agent_start_ns", now_ns(CLOCK_REALTIME));
+	meta_put_int(s, "agent_start_ns", clock_ns(CLOCK_REALTIME));
 	meta_put_int(s, "agent_pid", getpid());
 	meta_put_host_id(s);
 	meta_put_text(s, "agent_version", FLEETQ_VERSION);
@@ -1582,7 +1575,7 @@ void store_get_stats(struct store *s, struct store_stats *st)
 			oldest = atomic_load_explicit(&sl->h.enq_ns, memory_order_relaxed);
 	}
 	if (oldest) {
-		st->lag_ns = now_ns(CLOCK_MONOTONIC) - oldest;
+		st->lag_ns = clock_ns(CLOCK_MONOTONIC) - oldest;
 		if (st->lag_ns < 0)
 			st->lag_ns = 0;
 	}

@@ -41,6 +41,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "clock.h"
 #include "discover.h"
 #include "fqtrace.h"
 #include "fqtrace.skel.h"
@@ -172,14 +173,6 @@ static void tlog(const char *fmt, ...)
 	buf[n++] = '\n';
 	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
 		return;
-}
-
-static int64_t clock_ns(clockid_t c)
-{
-	struct timespec ts;
-
-	clock_gettime(c, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 /* a - b, read back to back; the tightest of a few tries */

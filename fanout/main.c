@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "analysis.h"
+#include "clock.h"
 #include "config.h"
 #include "coverage.h"
 #include "direct.h"
@@ -869,14 +870,6 @@ static char *session_dir(void)
 	return dir;
 }
 
-static int64_t realtime_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 #define FMT_REPORT (-1)
 
 /* The shells' status for a command ended by SIGINT: the same whether one Ctrl-C or two. */
@@ -1041,7 +1034,7 @@ static int run(int cmd, struct query_opts *q)
 						 : FQ_FMT_TSV;
 	if (analysis) {
 		int64_t len = q->since_ns < 0 ? 60000000000ll : q->since_ns;
-		int64_t start = len ? realtime_now() - len : 0;
+		int64_t start = len ? clock_ns(CLOCK_REALTIME) - len : 0;
 
 		long long seqs = q->max_seqs < 0 ? DEFAULT_MAX_SEQS : q->max_seqs;
 

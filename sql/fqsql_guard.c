@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "cause.h"
+#include "clock.h"
 #include "fqsql.h"
 
 #define PROGRESS_OPS 1000
@@ -41,14 +42,6 @@ struct fqsql_state {
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fqsql_state *registry;
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static struct fqsql_state *state_find(sqlite3 *db)
 {
@@ -89,7 +82,7 @@ static int progress(void *arg)
 	struct fqsql_state *s = arg;
 	int64_t deadline = __atomic_load_n(&s->deadline_ns, __ATOMIC_RELAXED);
 
-	if (!deadline || now_ns() < deadline)
+	if (!deadline || clock_ns(CLOCK_MONOTONIC) < deadline)
 		return 0;
 	s->deadline_hit = 1;
 	return 1;

@@ -26,6 +26,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "clock.h"
 #include "hostlist.h"
 #include "session.h"
 #include "tlsfiles.h"
@@ -112,22 +113,6 @@ struct fanout {
 
 /* The progress line names the hosts in flight when there are at most this many. */
 #define PROGRESS_NAMED 16
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static struct timeval ms_tv(int64_t ms)
 {
@@ -468,7 +453,7 @@ static void start_session(struct node *n)
 	setsockopt(n->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	/* The agent builds its HELLO after our ClientHello: a bound for the clock sample. */
 	if (!fo->p->insecure)
-		n->t_lo = realtime_ns();
+		n->t_lo = clock_ns(CLOCK_REALTIME);
 	if (fo->p->insecure) {
 		n->bev = bufferevent_socket_new(fo->base, n->fd, BEV_OPT_CLOSE_ON_FREE);
 		n->state = N_HELLO;
@@ -541,7 +526,7 @@ static void try_connect(struct node *n)
 			continue;
 		}
 		/* A plaintext agent sends HELLO once it accepts: after this. */
-		n->t_lo = realtime_ns();
+		n->t_lo = clock_ns(CLOCK_REALTIME);
 		if (connect(n->fd, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS) {
 			event_assign(&n->ev_connect, fo->base, n->fd, EV_WRITE, connect_cb, n);
 			event_add(&n->ev_connect, NULL);
@@ -659,7 +644,7 @@ static void clock_sample(struct node *n, int64_t t1, int64_t t2, int64_t t3)
 static void send_ping(struct node *n)
 {
 	struct fanout *fo = n->fo;
-	struct wire_ping ping = { .t1_ns = realtime_ns() };
+	struct wire_ping ping = { .t1_ns = clock_ns(CLOCK_REALTIME) };
 
 	wire_buf_reset(&fo->out);
 	if (wire_put_ping(&fo->out, WIRE_PING, &ping)) {
@@ -675,7 +660,7 @@ static void send_query(struct node *n)
 {
 	struct fanout *fo = n->fo;
 	const struct fanout_params *p = fo->p;
-	int64_t left = fo->start_ms + p->timeout_ms - now_ms();
+	int64_t left = fo->start_ms + p->timeout_ms - clock_ns(CLOCK_MONOTONIC) / 1000000;
 	struct wire_query q = {
 		.id = n->idx + 1,
 		.sql = p->sql,
@@ -743,7 +728,7 @@ static void on_hello(struct node *n, const struct wire_hello *h)
 	in->ring_drops = h->ring_drops;
 	in->store_lag_ns = h->store_lag_ns;
 	if (h->realtime_ns)
-		clock_sample(n, n->t_lo, h->realtime_ns, realtime_ns());
+		clock_sample(n, n->t_lo, h->realtime_ns, clock_ns(CLOCK_REALTIME));
 }
 
 static void on_error_frame(struct node *n, const struct wire_error *e)
@@ -1095,7 +1080,7 @@ static int on_frame(struct node *n, const void *frame, size_t len)
 				    wire_type_name(msg.type));
 			break;
 		}
-		clock_sample(n, msg.u.ping.t1_ns, msg.u.ping.t2_ns, realtime_ns());
+		clock_sample(n, msg.u.ping.t1_ns, msg.u.ping.t2_ns, clock_ns(CLOCK_REALTIME));
 		session_next(n);
 		break;
 	case N_COLUMNS:
@@ -1306,7 +1291,7 @@ static void interrupt_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct fanout *fo = arg;
 	struct timeval tv = ms_tv(100);
-	double secs = (double)(now_ms() - fo->start_ms) / 1000;
+	double secs = (double)(clock_ns(CLOCK_MONOTONIC) / 1000000 - fo->start_ms) / 1000;
 
 	if (!*fo->p->interrupt) {
 		evtimer_add(&fo->ev_interrupt, &tv);
@@ -1342,7 +1327,7 @@ int fanout_run(struct fanout *fo, const struct fanout_sink *sink, char **cause)
 
 	*cause = NULL;
 	fo->sink = sink;
-	fo->start_ms = now_ms();
+	fo->start_ms = clock_ns(CLOCK_MONOTONIC) / 1000000;
 	fo->base = event_base_new();
 	if (!fo->base)
 		return fq_fail(cause, -ENOMEM, "cannot create event loop");
