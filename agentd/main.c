@@ -568,6 +568,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "agentd: cannot install SQLite's memory budgets\n");
 		return 1;
 	}
+	log_set_ident("agentd");
 	if (log_path && log_open(log_path, &cause)) {
 		fprintf(stderr, "agentd: %s\n", cause ? cause : "cannot open the log file");
 		goto out;

@@ -27,7 +27,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -41,6 +40,7 @@
 #include "cause.h"
 #include "clock.h"
 #include "fqsql.h"
+#include "log.h"
 #include "store.h"
 #include "store_file.h"
 
@@ -246,18 +246,6 @@ struct store {
 	struct meta_kv *meta;
 	uint64_t meta_gen, meta_done; /* meta set / meta written (or tried) */
 };
-
-static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void log_line(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fputs("agentd: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-}
 
 /* The string fields of r, as pointers to the struct members; returns how many. */
 static int rec_strings(struct rec *r, const char **f[4])

@@ -29,7 +29,6 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +45,7 @@
 #include "fqtrace.h"
 #include "fqtrace.skel.h"
 #include "ib.h"
+#include "log.h"
 #include "ncclprof/nccl_profiler.h"
 #include "nvml.h"
 #include "probe.h"
@@ -157,23 +157,8 @@ struct tracer {
 	atomic_llong events, calib_hits;
 };
 
-static void tlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void tlog(const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n = snprintf(buf, sizeof(buf), "agentd: trace: ");
-
-	va_start(ap, fmt);
-	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
-	if (n > (int)sizeof(buf) - 2)
-		n = (int)sizeof(buf) - 2;
-	buf[n++] = '\n';
-	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
-		return;
-}
+/* The tracer's lines in agentd's log (--log, reopened on SIGHUP). */
+#define tlog(fmt, ...) log_line("trace: " fmt, ##__VA_ARGS__)
 
 /* a - b, read back to back; the tightest of a few tries */
 static int64_t clock_diff(clockid_t a, clockid_t b)
