@@ -33,7 +33,7 @@ for h in coverage.h merge.h direct.h output.h gather.h; do
 		"$src/transport" "$src/sql" 2>/dev/null)
 	[ -z "$hits" ] || fail "fleetq's $h included by $hits"
 done
-for h in query.h server.h store.h trace.h tls.h; do
+for h in query.h server.h store.h trace.h; do
 	hits=$(grep -rln "#include \"$h\"" "$src/fanout" "$src/base" "$src/wire" \
 		"$src/transport" 2>/dev/null)
 	[ -z "$hits" ] || fail "agentd's $h included by $hits"
