@@ -31,6 +31,7 @@
 #endif
 
 #define MAX_ALLOW 64
+#define RETAIN_BYTES_MIN (1 << 20)
 
 static const char usage_text[] =
 	"usage: agentd --listen ADDR:PORT --db FILE --ca FILE --cert FILE --key FILE [options]\n"
@@ -51,6 +52,10 @@ static const char usage_text[] =
 	"  --gpu-interval SEC     NVML GPU sample period (decimals allowed), 0 disables\n"
 	"                         (default: 1)\n"
 	"  --nvml-lib PATH        NVML library to load (default: libnvidia-ml.so.1)\n"
+	"  --retain-bytes N       past this file size, delete the oldest trace rows;\n"
+	"                         0: no bound (default: 4294967296, 4 GiB)\n"
+	"  --retain-age SEC       delete trace rows older than this; 0: no bound\n"
+	"                         (default: 604800, 7 days)\n"
 	"  --max-rows N           most rows one query may return (default: 1000000)\n"
 	"  --max-bytes N          most result bytes one query may return (default: 268435456)\n"
 	"  --timeout-ms N         longest a query may run (default: 30000)\n"
@@ -95,6 +100,8 @@ enum {
 	OPT_IB,
 	OPT_GPU,
 	OPT_NVML_LIB,
+	OPT_RETAIN_BYTES,
+	OPT_RETAIN_AGE,
 	OPT_MAX_ROWS,
 	OPT_MAX_BYTES,
 	OPT_TIMEOUT,
@@ -132,6 +139,8 @@ static const struct option longopts[] = {
 	{ "ib-interval", required_argument, NULL, OPT_IB },
 	{ "gpu-interval", required_argument, NULL, OPT_GPU },
 	{ "nvml-lib", required_argument, NULL, OPT_NVML_LIB },
+	{ "retain-bytes", required_argument, NULL, OPT_RETAIN_BYTES },
+	{ "retain-age", required_argument, NULL, OPT_RETAIN_AGE },
 	{ "max-rows", required_argument, NULL, OPT_MAX_ROWS },
 	{ "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
 	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
@@ -341,6 +350,13 @@ int main(int argc, char **argv)
 	const char *cgroup = NULL, *probes = NULL, *sysfs_root = NULL, *log_path = NULL;
 	const char *user = NULL, *nvml_lib = NULL;
 	int64_t ib_interval = 1, gpu_interval_ms = 1000, v;
+	/*
+	 * The trace must not fill a node's disk by default. The analyses read the
+	 * last minutes (stragglers 60 s, gate 10 min): 4 GiB holds hours of a busy
+	 * node's trace (docs/agentd.8), and a week is as far back as anyone looks.
+	 */
+	int64_t retain_bytes = 4ll << 30, retain_age_s = 7 * 86400;
+	const char *retain_opt = NULL; /* the last retention option given */
 	int insecure = 0, no_trace = 0, opt, rc = 1;
 	struct sockaddr_storage ss;
 	struct server *srv = NULL;
@@ -413,6 +429,23 @@ int main(int argc, char **argv)
 			break;
 		case OPT_NVML_LIB:
 			nvml_lib = optarg;
+			break;
+		case OPT_RETAIN_BYTES:
+			if (num("retain-bytes", optarg, 0, INT64_MAX, &retain_bytes))
+				return 2;
+			/* Less leaves no room past the schema: every pass would empty the trace. */
+			if (retain_bytes && retain_bytes < RETAIN_BYTES_MIN) {
+				fprintf(stderr, "agentd: --retain-bytes %s is below %d, the least a "
+						"trace needs: give at least that, or 0 for no bound\n",
+					optarg, RETAIN_BYTES_MIN);
+				return 2;
+			}
+			retain_opt = "--retain-bytes";
+			break;
+		case OPT_RETAIN_AGE:
+			if (num("retain-age", optarg, 0, INT64_MAX / 1000000000, &retain_age_s))
+				return 2;
+			retain_opt = "--retain-age";
 			break;
 		case OPT_MAX_ROWS:
 			if (num("max-rows", optarg, 1, INT64_MAX, &so.max_rows))
@@ -554,8 +587,14 @@ int main(int argc, char **argv)
 				"with a few capabilities (see docs/security.md)\n");
 		return 2;
 	}
+	if (retain_opt && no_trace) {
+		fprintf(stderr, "agentd: %s bounds the trace agentd writes: with --no-trace it "
+				"writes none; drop one of them\n", retain_opt);
+		return 2;
+	}
 #ifndef FLEETQ_HAVE_TRACE
 	(void)cgroup, (void)probes, (void)sysfs_root, (void)tracer, (void)nvml_lib;
+	(void)retain_bytes, (void)retain_age_s;
 	if (!no_trace) {
 		fprintf(stderr,
 			"agentd: built without tracing (FLEETQ_BPF=OFF); run with --no-trace "
@@ -568,6 +607,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "agentd: cannot install SQLite's memory budgets\n");
 		return 1;
 	}
+	log_set_ident("agentd");
 	if (log_path && log_open(log_path, &cause)) {
 		fprintf(stderr, "agentd: %s\n", cause ? cause : "cannot open the log file");
 		goto out;
@@ -600,6 +640,8 @@ int main(int argc, char **argv)
 			.ib_interval_s = (int)ib_interval,
 			.gpu_interval_ms = (int)gpu_interval_ms,
 			.nvml_lib = nvml_lib,
+			.retain_bytes = retain_bytes,
+			.retain_age_s = retain_age_s,
 		};
 
 		size_t ntc = sizeof(trace_caps) / sizeof(trace_caps[0]);

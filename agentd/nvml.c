@@ -31,7 +31,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +40,8 @@
 #include <unistd.h>
 
 #include "nvml.h"
+#include "cause.h"
+#include "clock.h"
 #include "store.h"
 
 /* ---- NVML ABI, from nvml.h ---- */
@@ -196,29 +197,6 @@ struct gpu_sampler {
 	struct gpu_sampler_stats st;
 };
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void set_cause(char **cause, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_cause(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!cause)
-		return;
-	free(*cause);
-	*cause = NULL;
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-}
-
 static const char *nvml_err(const struct gpu_sampler *g, nvmlReturn_t rc)
 {
 	const char *s = g->f.error_string ? g->f.error_string(rc) : NULL;
@@ -349,35 +327,35 @@ struct gpu_sampler *gpu_sampler_new(const char *lib, char **cause)
 	if (!lib)
 		lib = GPU_DEFAULT_LIB;
 	if (!g) {
-		set_cause(cause, "out of memory starting the GPU sampler");
+		fq_fail(cause, 0, "out of memory starting the GPU sampler");
 		errno = ENOMEM;
 		return NULL;
 	}
 	g->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	if (!g->dl) {
-		set_cause(cause, "cannot load '%s' (%s): no NVIDIA driver here, or point "
-				 "--nvml-lib at libnvidia-ml.so.1", lib, dlerror());
+		fq_fail(cause, 0, "cannot load '%s' (%s): no NVIDIA driver here, or point "
+				  "--nvml-lib at libnvidia-ml.so.1", lib, dlerror());
 		err = ENOENT;
 		goto fail;
 	}
 	load_syms(g);
 	if (!g->f.init || !g->f.shutdown || !g->f.count || !g->f.handle) {
-		set_cause(cause, "'%s' is not NVML: it lacks nvmlInit_v2 or nvmlDeviceGetCount_v2",
-			  lib);
+		fq_fail(cause, 0, "'%s' is not NVML: it lacks nvmlInit_v2 or nvmlDeviceGetCount_v2",
+			lib);
 		err = ENOEXEC;
 		goto fail;
 	}
 	rc = g->f.init();
 	if (rc != NVML_SUCCESS) {
-		set_cause(cause, "nvmlInit failed: %s (is the NVIDIA driver loaded?)",
-			  nvml_err(g, rc));
+		fq_fail(cause, 0, "nvmlInit failed: %s (is the NVIDIA driver loaded?)",
+			nvml_err(g, rc));
 		goto fail;
 	}
 	g->inited = true;
 	rc = g->f.count(&count);
 	if (rc != NVML_SUCCESS || count == 0) {
-		set_cause(cause, "NVML sees no GPU%s%s", rc != NVML_SUCCESS ? ": " : "",
-			  rc != NVML_SUCCESS ? nvml_err(g, rc) : "");
+		fq_fail(cause, 0, "NVML sees no GPU%s%s", rc != NVML_SUCCESS ? ": " : "",
+			rc != NVML_SUCCESS ? nvml_err(g, rc) : "");
 		goto fail;
 	}
 	if (count > MAX_GPUS)
@@ -395,7 +373,7 @@ struct gpu_sampler *gpu_sampler_new(const char *lib, char **cause)
 		g->n++;
 	}
 	if (!g->n) {
-		set_cause(cause, "NVML counts %u GPUs but opens none", count);
+		fq_fail(cause, 0, "NVML counts %u GPUs but opens none", count);
 		goto fail;
 	}
 	if (g->f.driver_version)
@@ -485,7 +463,7 @@ static bool nvlink_wanted(const struct gpu *u)
 /* Reads GPU u's NVLink error counters into its cache. */
 static void nvlink_read(struct gpu_sampler *g, struct gpu *u)
 {
-	int64_t t0 = mono_ns();
+	int64_t t0 = clock_ns(CLOCK_MONOTONIC);
 
 	u->nvl_replay = nvlink_sum(g, u, F_NVL_REPLAY, NVML_NVLINK_ERROR_DL_REPLAY,
 				   NVML_NVLINK_ERROR_DL_REPLAY);
@@ -493,7 +471,7 @@ static void nvlink_read(struct gpu_sampler *g, struct gpu *u)
 				     NVML_NVLINK_ERROR_DL_RECOVERY);
 	u->nvl_crc = nvlink_sum(g, u, F_NVL_CRC, NVML_NVLINK_ERROR_DL_CRC_FLIT,
 				NVML_NVLINK_ERROR_DL_CRC_DATA);
-	u->nvl_next_ns = mono_ns() + NVLINK_PERIOD_NS;
+	u->nvl_next_ns = clock_ns(CLOCK_MONOTONIC) + NVLINK_PERIOD_NS;
 	g->st.nvlink_ns = u->nvl_next_ns - NVLINK_PERIOD_NS - t0;
 }
 
@@ -562,7 +540,7 @@ static void sample_one(struct gpu_sampler *g, struct gpu *u, struct rec_gpu *r)
 int gpu_sampler_sample(struct gpu_sampler *g, int64_t ts_ns,
 		       int (*emit)(void *arg, const struct rec_gpu *r), void *arg)
 {
-	int64_t t0 = mono_ns(), dt;
+	int64_t t0 = clock_ns(CLOCK_MONOTONIC), dt;
 	struct rec_gpu r[MAX_GPUS];
 	int i;
 
@@ -577,7 +555,7 @@ int gpu_sampler_sample(struct gpu_sampler *g, int64_t ts_ns,
 	for (i = 0; i < g->n; i++) {
 		struct gpu *u = &g->gpu[(g->nvl_next + i) % g->n];
 
-		if (nvlink_wanted(u) && mono_ns() >= u->nvl_next_ns) {
+		if (nvlink_wanted(u) && clock_ns(CLOCK_MONOTONIC) >= u->nvl_next_ns) {
 			nvlink_read(g, u);
 			g->nvl_next = (g->nvl_next + i + 1) % g->n;
 			break;
@@ -588,7 +566,7 @@ int gpu_sampler_sample(struct gpu_sampler *g, int64_t ts_ns,
 		r[i].nvlink_recovery = g->gpu[i].nvl_recovery;
 		r[i].nvlink_crc = g->gpu[i].nvl_crc;
 	}
-	dt = mono_ns() - t0;
+	dt = clock_ns(CLOCK_MONOTONIC) - t0;
 	g->st.samples++;
 	g->st.last_ns = dt;
 	g->st.total_ns += dt;
@@ -892,14 +870,6 @@ struct gpu_thread {
 	bool stop;
 };
 
-static int64_t real_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static int put_gpu(void *arg, const struct rec_gpu *r)
 {
 	struct rec rec = { .kind = REC_GPU };
@@ -934,22 +904,23 @@ static void put_cost(struct gpu_thread *t)
 static void *gpu_main(void *arg)
 {
 	struct gpu_thread *t = arg;
-	int64_t next = mono_ns();
+	int64_t next = clock_ns(CLOCK_MONOTONIC);
 	struct timespec ts;
 
 	pthread_mutex_lock(&t->mu);
 	while (!t->stop) {
-		int64_t now = mono_ns();
+		int64_t now = clock_ns(CLOCK_MONOTONIC);
 
 		if (now >= next) {
 			int np = 0;
 
 			pthread_mutex_unlock(&t->mu);
-			gpu_sampler_sample(t->g, real_ns(), put_gpu, t->st);
+			gpu_sampler_sample(t->g, clock_ns(CLOCK_REALTIME), put_gpu, t->st);
 			if (t->o.list_procs)
 				np = t->o.list_procs(t->o.arg, t->procs, MAX_PROCS);
 			if (np > 0)
-				gpu_sampler_map(t->g, real_ns(), t->procs, np, put_map, t->st);
+				gpu_sampler_map(t->g, clock_ns(CLOCK_REALTIME), t->procs, np,
+						put_map, t->st);
 			if (t->g->st.samples % META_EVERY == 1)
 				put_cost(t);
 			pthread_mutex_lock(&t->mu);
@@ -977,14 +948,14 @@ struct gpu_thread *gpu_thread_start(const struct gpu_thread_opts *o, struct stor
 
 	if (o->interval_ms <= 0) {
 		store_set_meta_text(st, "gpu_status", "off (--gpu-interval 0)");
-		set_cause(cause, "off (--gpu-interval 0)");
+		fq_fail(cause, 0, "off (--gpu-interval 0)");
 		errno = EINVAL;
 		return NULL;
 	}
 	t = calloc(1, sizeof(*t));
 	if (!t || !(t->procs = calloc(MAX_PROCS, sizeof(*t->procs)))) {
 		free(t);
-		set_cause(cause, "out of memory starting the GPU sampler");
+		fq_fail(cause, 0, "out of memory starting the GPU sampler");
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -995,7 +966,7 @@ struct gpu_thread *gpu_thread_start(const struct gpu_thread_opts *o, struct stor
 		err = errno;
 		snprintf(line, sizeof(line), "off: %s", why ? why : "cannot start NVML");
 		store_set_meta_text(st, "gpu_status", line);
-		set_cause(cause, "%s", line);
+		fq_fail(cause, 0, "%s", line);
 		free(why);
 		free(t->procs);
 		free(t);
@@ -1013,7 +984,7 @@ struct gpu_thread *gpu_thread_start(const struct gpu_thread_opts *o, struct stor
 	err = pthread_create(&t->th, NULL, gpu_main, t);
 	if (err) {
 		store_set_meta_text(st, "gpu_status", "off: cannot start the GPU sampling thread");
-		set_cause(cause, "cannot start the GPU sampling thread: %s", strerror(err));
+		fq_fail(cause, 0, "cannot start the GPU sampling thread: %s", strerror(err));
 		pthread_mutex_destroy(&t->mu);
 		pthread_cond_destroy(&t->cv);
 		gpu_sampler_free(t->g);

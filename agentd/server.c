@@ -31,6 +31,7 @@
 #include "trace.h"
 #endif
 #include "../wire/wire.h"
+#include "clock.h"
 #include "log.h"
 #include "query.h"
 #include "server.h"
@@ -115,14 +116,6 @@ struct server {
 static void conn_free(struct conn *c);
 static void conn_closing(struct conn *c);
 static void process_input(struct conn *c);
-
-static int64_t clock_ns(clockid_t id)
-{
-	struct timespec ts;
-
-	clock_gettime(id, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 int server_parse_listen(const char *s, struct sockaddr_storage *ss, int *len)
 {

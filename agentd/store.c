@@ -27,7 +27,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,7 +37,10 @@
 
 #include <sqlite3.h>
 
+#include "cause.h"
+#include "clock.h"
 #include "fqsql.h"
+#include "log.h"
 #include "store.h"
 #include "store_file.h"
 
@@ -245,41 +247,6 @@ struct store {
 	uint64_t meta_gen, meta_done; /* meta set / meta written (or tried) */
 };
 
-static int64_t now_ns(clockid_t c)
-{
-	struct timespec ts;
-
-	clock_gettime(c, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void log_line(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fputs("agentd: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-}
-
-static void set_cause(char **cause, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_cause(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!cause)
-		return;
-	free(*cause);
-	*cause = NULL;
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-}
-
 /* The string fields of r, as pointers to the struct members; returns how many. */
 static int rec_strings(struct rec *r, const char **f[4])
 {
@@ -392,7 +359,7 @@ int store_put(struct store *s, const struct rec *r)
 		sl->h.r.u.comm.comm_hash[16] = '\0';
 	else if (r->kind == REC_COLLECTIVE)
 		sl->h.r.u.collective.comm_hash[16] = '\0';
-	atomic_store_explicit(&sl->h.enq_ns, now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
+	atomic_store_explicit(&sl->h.enq_ns, clock_ns(CLOCK_MONOTONIC), memory_order_relaxed);
 	atomic_store_explicit(&sl->h.seq, pos + 1, memory_order_release);
 
 	/* Pairs with the writer's fence between setting 'sleeping' and looking at
@@ -749,7 +716,7 @@ static void txn_end(struct store *s, int rc)
 		}
 		oldest = atomic_load_explicit(&s->txn_oldest_ns, memory_order_relaxed);
 		if (oldest)
-			lag = now_ns(CLOCK_MONOTONIC) - oldest;
+			lag = clock_ns(CLOCK_MONOTONIC) - oldest;
 		meta_put_int(s, "store_rows",
 			     atomic_load_explicit(&s->rows, memory_order_relaxed) + s->in_txn);
 		meta_put_int(s, "store_drops",
@@ -761,7 +728,7 @@ static void txn_end(struct store *s, int rc)
 			     atomic_load_explicit(&s->ts_nudged, memory_order_relaxed) +
 				     s->nudged_txn);
 		meta_put_int(s, "store_lag_ns", lag);
-		meta_put_int(s, "store_commit_ns", now_ns(CLOCK_REALTIME));
+		meta_put_int(s, "store_commit_ns", clock_ns(CLOCK_REALTIME));
 		rc = step_reset(s->st[ST_COMMIT]);
 	}
 	if (rc == SQLITE_OK && s->wal_pages >= CKPT_WAIT_PAGES) {
@@ -964,7 +931,7 @@ static void ckpt_request(struct store *s, bool wait)
 	if (wait || s->ckpt_done == s->ckpt_req) {
 		gen = ++s->ckpt_req;
 		pthread_cond_signal(&s->ckpt_wake);
-		t = now_ns(CLOCK_MONOTONIC) + CKPT_WAIT_NS;
+		t = clock_ns(CLOCK_MONOTONIC) + CKPT_WAIT_NS;
 		ts.tv_sec = t / 1000000000LL;
 		ts.tv_nsec = t % 1000000000LL;
 		while (wait && s->ckpt_done < gen &&
@@ -1145,7 +1112,7 @@ static int retain_pass(struct store *s, bool *more)
 	if (!s->retain_age_s && !s->retain_bytes)
 		return SQLITE_OK;
 	if (s->retain_age_s > 0) {
-		rc = retain_before(s, now_ns(CLOCK_REALTIME) - s->retain_age_s * 1000000000LL,
+		rc = retain_before(s, clock_ns(CLOCK_REALTIME) - s->retain_age_s * 1000000000LL,
 				   more);
 		if (rc != SQLITE_OK)
 			goto out;
@@ -1209,7 +1176,7 @@ static void retain_run(struct store *s, uint64_t retain_req)
 	do
 		rc = retain_pass(s, &more);
 	while (rc == SQLITE_OK && more && retain_req > s->retain_done && ++passes < 1000);
-	s->next_retain_ns = now_ns(CLOCK_MONOTONIC) + (more ? 0 : RETAIN_INTERVAL_NS);
+	s->next_retain_ns = clock_ns(CLOCK_MONOTONIC) + (more ? 0 : RETAIN_INTERVAL_NS);
 	pthread_mutex_lock(&s->mu);
 	if (retain_req > s->retain_done) {
 		s->retain_done = retain_req;
@@ -1237,7 +1204,7 @@ static void *writer_main(void *arg)
 		meta_new = s->meta_gen > s->meta_done;
 		pthread_mutex_unlock(&s->mu);
 
-		now = now_ns(CLOCK_MONOTONIC);
+		now = clock_ns(CLOCK_MONOTONIC);
 		if (s->txn_open &&
 		    (s->in_txn >= s->batch_rows || flush_wanted || stop || meta_new ||
 		     retain_req > s->retain_done ||
@@ -1298,9 +1265,9 @@ static int exec_sql(sqlite3 *db, const char *sql, char **cause, const char *path
 
 	rc = sqlite3_exec(db, sql, NULL, NULL, &err);
 	if (rc != SQLITE_OK) {
-		set_cause(cause, "cannot set up trace store '%s': %s: %s; check the file is a "
-				 "fleetq trace store on a writable local disk",
-			  path, sql, err ? err : sqlite3_errstr(rc));
+		fq_fail(cause, 0, "cannot set up trace store '%s': %s: %s; check the file is a "
+				  "fleetq trace store on a writable local disk",
+			path, sql, err ? err : sqlite3_errstr(rc));
 		sqlite3_free(err);
 		return -EIO;
 	}
@@ -1317,9 +1284,9 @@ static int store_open_db(struct store *s, const struct store_opts *o, char **cau
 			     SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
 			     NULL);
 	if (rc != SQLITE_OK) {
-		set_cause(cause, "cannot open trace store '%s': %s; check the directory exists "
-				 "and is writable",
-			  o->path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+		fq_fail(cause, 0, "cannot open trace store '%s': %s; check the directory exists "
+				  "and is writable",
+			o->path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
 		return -EIO;
 	}
 	sqlite3_extended_result_codes(s->db, 1);
@@ -1361,9 +1328,9 @@ static int store_move_aside(struct store *s, const char *path, int64_t version, 
 	}
 	if (!to[0] || rename(path, to)) {
 		err = to[0] ? -errno : -EEXIST;
-		set_cause(cause, "trace store '%s' has schema version %" PRId64 " and cannot be "
-				 "moved aside (%s): move or delete it and restart agentd",
-			  path, version, strerror(-err));
+		fq_fail(cause, 0, "trace store '%s' has schema version %" PRId64 " and cannot be "
+				  "moved aside (%s): move or delete it and restart agentd",
+			path, version, strerror(-err));
 		return err;
 	}
 	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
@@ -1433,9 +1400,10 @@ static int store_setup_db(struct store *s, const struct store_opts *o, char **ca
 		rc = sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
 					&s->st[i], NULL);
 		if (rc != SQLITE_OK) {
-			set_cause(cause, "trace store '%s' does not have the expected schema (%s); "
-					 "move it aside and restart agentd",
-				  o->path, sqlite3_errmsg(s->db));
+			fq_fail(cause, 0,
+				"trace store '%s' does not have the expected schema (%s); "
+				"move it aside and restart agentd",
+				o->path, sqlite3_errmsg(s->db));
 			return -EINVAL;
 		}
 	}
@@ -1449,7 +1417,7 @@ static int store_setup_db(struct store *s, const struct store_opts *o, char **ca
 		meta_put_text(s, "node", o->node);
 	if (o->clock_source)
 		meta_put_text(s, "clock_source", o->clock_source);
-	meta_put_int(s, "agent_start_ns", now_ns(CLOCK_REALTIME));
+	meta_put_int(s, "agent_start_ns", clock_ns(CLOCK_REALTIME));
 	meta_put_int(s, "agent_pid", getpid());
 	meta_put_host_id(s);
 	meta_put_text(s, "agent_version", FLEETQ_VERSION);
@@ -1470,7 +1438,7 @@ struct store *store_open(const struct store_opts *o, char **cause)
 	int err;
 
 	if (!o || !o->path) {
-		set_cause(cause, "no trace store path given; pass one with --db");
+		fq_fail(cause, 0, "no trace store path given; pass one with --db");
 		errno = EINVAL;
 		return NULL;
 	}
@@ -1518,7 +1486,7 @@ struct store *store_open(const struct store_opts *o, char **cause)
 
 	err = -pthread_create(&s->thread, NULL, writer_main, s);
 	if (err) {
-		set_cause(cause, "cannot start the trace store writer thread: %s", strerror(-err));
+		fq_fail(cause, 0, "cannot start the trace store writer thread: %s", strerror(-err));
 		goto fail;
 	}
 	s->thread_started = true;
@@ -1526,8 +1494,8 @@ struct store *store_open(const struct store_opts *o, char **cause)
 
 fail:
 	if (err == -ENOMEM && cause && !*cause)
-		set_cause(cause, "out of memory opening trace store '%s'; lower --queue-rows",
-			  o->path);
+		fq_fail(cause, 0, "out of memory opening trace store '%s'; lower --queue-rows",
+			o->path);
 	store_close(s);
 	errno = -err;
 	return NULL;
@@ -1595,7 +1563,7 @@ void store_get_stats(struct store *s, struct store_stats *st)
 			oldest = atomic_load_explicit(&sl->h.enq_ns, memory_order_relaxed);
 	}
 	if (oldest) {
-		st->lag_ns = now_ns(CLOCK_MONOTONIC) - oldest;
+		st->lag_ns = clock_ns(CLOCK_MONOTONIC) - oldest;
 		if (st->lag_ns < 0)
 			st->lag_ns = 0;
 	}

@@ -7,7 +7,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,25 +15,12 @@
 
 #include <sqlite3.h>
 
+#include "cause.h"
 #include "fqsql.h"
 #include "store_file.h"
 
 #define NOT_OURS "agentd writes only into a trace file it created: point --db at a new path, " \
 		 "or serve this file read-only with --no-trace"
-
-__attribute__((format(printf, 3, 4)))
-static int fail(char **cause, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cause) {
-		va_start(ap, fmt);
-		if (vasprintf(cause, fmt, ap) < 0)
-			*cause = NULL;
-		va_end(ap);
-	}
-	return err;
-}
 
 /* 1 when the file starts with SQLite's magic, 0 when not, -errno. */
 static int is_sqlite(const char *path)
@@ -83,46 +69,48 @@ int store_file_check(const char *path, int64_t *version, char **cause)
 	if (stat(path, &sb)) {
 		if (errno == ENOENT)
 			return 0; /* the store creates it */
-		return fail(cause, -errno, "cannot look at trace file '%s': %s", path,
-			    strerror(errno));
+		return fq_fail(cause, -errno, "cannot look at trace file '%s': %s", path,
+			       strerror(errno));
 	}
 	if (!S_ISREG(sb.st_mode))
-		return fail(cause, -EPERM, "'%s' is not a regular file: %s", path, NOT_OURS);
+		return fq_fail(cause, -EPERM, "'%s' is not a regular file: %s", path, NOT_OURS);
 	if (sb.st_size == 0)
 		return 0;
 	rc = is_sqlite(path);
 	if (rc < 0)
-		return fail(cause, rc, "cannot read '%s': %s", path, strerror(-rc));
+		return fq_fail(cause, rc, "cannot read '%s': %s", path, strerror(-rc));
 	if (!rc)
-		return fail(cause, -EPERM, "'%s' is not an SQLite file: %s", path, NOT_OURS);
+		return fq_fail(cause, -EPERM, "'%s' is not an SQLite file: %s", path, NOT_OURS);
 	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
 	if (rc == SQLITE_OK) {
 		sqlite3_busy_timeout(db, 1000);
 		rc = one_int(db, "SELECT count(*) FROM sqlite_schema", &objects) < 0;
 	}
 	if (rc) {
-		ret = fail(cause, -EIO, "cannot read '%s' to check it is a fleetq trace: %s; %s",
-			   path, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), NOT_OURS);
+		ret = fq_fail(cause, -EIO, "cannot read '%s' to check it is a fleetq trace: %s; %s",
+			      path, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), NOT_OURS);
 		goto out;
 	}
 	if (!objects)
 		goto out; /* an SQLite file without a table: empty */
 	rc = one_int(db, "SELECT value FROM meta WHERE key = 'schema_version'", &v);
 	if (rc <= 0) {
-		ret = fail(cause, -EPERM, "'%s' is not a fleetq trace file (%s): %s", path,
-			   rc < 0 ? "it has no meta table of ours"
-				  : "its meta table names no schema_version",
-			   NOT_OURS);
+		ret = fq_fail(cause, -EPERM, "'%s' is not a fleetq trace file (%s): %s", path,
+			      rc < 0 ? "it has no meta table of ours"
+				     : "its meta table names no schema_version",
+			      NOT_OURS);
 		goto out;
 	}
 	*version = v;
 	if (v > FQSQL_SCHEMA_VERSION)
-		ret = fail(cause, -ENOTSUP, "trace file '%s' has schema version %lld, newer than "
-			   "this agent's %d: upgrade agentd, or point --db at a new path", path,
-			   (long long)v, FQSQL_SCHEMA_VERSION);
+		ret = fq_fail(cause, -ENOTSUP,
+			      "trace file '%s' has schema version %lld, newer than this agent's "
+			      "%d: upgrade agentd, or point --db at a new path",
+			      path, (long long)v, FQSQL_SCHEMA_VERSION);
 	else if (v < 1)
-		ret = fail(cause, -EPERM, "'%s' is not a fleetq trace file (schema_version %lld): "
-			   "%s", path, (long long)v, NOT_OURS);
+		ret = fq_fail(cause, -EPERM,
+			      "'%s' is not a fleetq trace file (schema_version %lld): %s", path,
+			      (long long)v, NOT_OURS);
 	else if (v < 2) /* 2 is upgraded in place (fqsql_schema_apply) */
 		ret = -ESTALE;
 out:

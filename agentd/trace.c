@@ -29,7 +29,6 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,10 +40,12 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "clock.h"
 #include "discover.h"
 #include "fqtrace.h"
 #include "fqtrace.skel.h"
 #include "ib.h"
+#include "log.h"
 #include "ncclprof/nccl_profiler.h"
 #include "nvml.h"
 #include "probe.h"
@@ -156,31 +157,8 @@ struct tracer {
 	atomic_llong events, calib_hits;
 };
 
-static void tlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void tlog(const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n = snprintf(buf, sizeof(buf), "agentd: trace: ");
-
-	va_start(ap, fmt);
-	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
-	if (n > (int)sizeof(buf) - 2)
-		n = (int)sizeof(buf) - 2;
-	buf[n++] = '\n';
-	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
-		return;
-}
-
-static int64_t clock_ns(clockid_t c)
-{
-	struct timespec ts;
-
-	clock_gettime(c, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+/* The tracer's lines in agentd's log (--log, reopened on SIGHUP). */
+#define tlog(fmt, ...) log_line("trace: " fmt, ##__VA_ARGS__)
 
 /* a - b, read back to back; the tightest of a few tries */
 static int64_t clock_diff(clockid_t a, clockid_t b)

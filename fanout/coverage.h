@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "wire.h"
+
 /* Exit codes: stable API, documented in fleetq --help and fleetq(1). */
 enum fq_exit {
 	FQ_EXIT_OK = 0,
@@ -19,21 +21,22 @@ enum fq_exit {
 	FQ_EXIT_HANG = 5,     /* stragglers: a hung rank (wins over 1, 4 and 3) */
 };
 
+/* A node's outcome: the wire's (wire.h), shown in fleetq's words by outcome_name(). */
 enum fq_outcome {
-	FQ_PENDING = 0,
-	FQ_OK,		/* END with status ok: every row merged */
-	FQ_TRUNCATED,	/* END truncated=1: a limit cut it; rows kept, node not ok */
-	FQ_TIMEOUT,	/* deadline passed (or no HELLO within the connect timeout) */
-	FQ_UNREACHABLE, /* DNS, refused, no route, connect timeout */
-	FQ_TLS,		/* handshake failed, agent refused our cert, cert/host mismatch */
-	FQ_SQL,		/* END with a query-level failure (sql, denied, limits) */
-	FQ_PROTOCOL,	/* malformed frames, wrong version, unexpected frame */
-	FQ_COLUMNS,	/* columns differ from the most nodes': rows not merged */
-	FQ_PARTIAL,	/* connection lost before END: rows dropped */
-	FQ_AGENT,	/* agent sent ERROR (shutting down, internal) */
-	FQ_INTERRUPTED, /* the user stopped the fan-out (Ctrl-C) before this node finished */
-	FQ_BUSY,	/* agent too busy (BUSY in END or ERROR): try again */
-	FQ_NOUTCOMES
+	FQ_PENDING = WIRE_OUT_PENDING,
+	FQ_OK = WIRE_OUT_OK,
+	FQ_TRUNCATED = WIRE_OUT_TRUNCATED,
+	FQ_TIMEOUT = WIRE_OUT_TIMEOUT,
+	FQ_UNREACHABLE = WIRE_OUT_UNREACHABLE,
+	FQ_TLS = WIRE_OUT_TLS,
+	FQ_SQL = WIRE_OUT_SQL,
+	FQ_PROTOCOL = WIRE_OUT_PROTOCOL,
+	FQ_COLUMNS = WIRE_OUT_COLUMNS,
+	FQ_PARTIAL = WIRE_OUT_PARTIAL,
+	FQ_AGENT = WIRE_OUT_AGENT,
+	FQ_INTERRUPTED = WIRE_OUT_INTERRUPTED,
+	FQ_BUSY = WIRE_OUT_BUSY,
+	FQ_NOUTCOMES = WIRE_NOUTCOMES
 };
 
 const char *outcome_name(int outcome); /* "ok", "timeout", "sql error", ... */

@@ -168,7 +168,7 @@ static int print_chunk(struct direct *d, const struct chunk *c)
 		return err;
 	if (msg.u.rows.ncols + 1 != d->ncols) {
 		wire_msg_release(&msg);
-		/* The merge's: a host of a column set that lost (fanout.c, settle()), whose
+		/* The merge's: a host of a column set that lost (gather.c, settle()), whose
 		 * frames passed the cap before it lost; its rows are dropped after. */
 		return d->m ? 0 : -EBADMSG;
 	}

@@ -15,6 +15,7 @@
 
 #include "coverage.h"
 #include "fqsql.h"
+#include "gather.h"
 #include "merge.h"
 #include "output.h"
 #include "strbuf.h"
@@ -773,7 +774,7 @@ static int fetch(struct gate *g, struct fanout_params *fp, struct merge *m,
 		one = coverage_new(fp->nhosts, fp->hosts);
 		fp->sql = sql;
 		fo = sql && one ? fanout_new(fp, &cause) : NULL;
-		err = fo ? fanout_run(fo, m, one, &cause) : -ENOMEM;
+		err = fo ? gather_run(fo, fp, m, one, NULL, &cause) : -ENOMEM;
 		if (!err)
 			err = merge_rename(m, t->name, &cause);
 		if (!err) {

@@ -17,11 +17,13 @@
 
 #include "analysis.h"
 #include "bars.h"
+#include "clock.h"
 #include "config.h"
 #include "coverage.h"
 #include "direct.h"
 #include "fanout.h"
 #include "gate.h"
+#include "gather.h"
 #include "fqsql.h"
 #include "hostlist.h"
 #include "hostsel.h"
@@ -943,14 +945,6 @@ static char *session_dir(void)
 	return dir;
 }
 
-static int64_t realtime_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 #define FMT_REPORT (-1)
 
 /* The shells' status for a command ended by SIGINT: the same whether one Ctrl-C or two. */
@@ -1134,7 +1128,7 @@ static int run(int cmd, struct query_opts *q)
 	       (q->bars == BARS_ALWAYS || (q->bars == BARS_AUTO && isatty(STDOUT_FILENO)));
 	if (analysis) {
 		int64_t len = q->since_ns < 0 ? 60000000000ll : q->since_ns;
-		int64_t start = len ? realtime_now() - len : 0;
+		int64_t start = len ? clock_ns(CLOCK_REALTIME) - len : 0;
 
 		long long seqs = q->max_seqs < 0 ? DEFAULT_MAX_SEQS : q->max_seqs;
 
@@ -1298,7 +1292,6 @@ static int run(int cmd, struct query_opts *q)
 	 */
 	if (out && plain) {
 		dout = direct_new(out, fp.nhosts, hosts, fp.progress && isatty(STDOUT_FILENO));
-		fp.direct = dout;
 	}
 	fo = fanout_new(&fp, &cause);
 	if (!fo) {
@@ -1313,7 +1306,7 @@ static int run(int cmd, struct query_opts *q)
 	}
 	/* A closed stdout must not kill us (and SSL writes must not either). */
 	signal(SIGPIPE, SIG_IGN);
-	err = fanout_run(fo, m, cov, &cause);
+	err = gather_run(fo, &fp, m, cov, dout, &cause);
 	if (err) {
 		usage_error("%s", cause ? cause : strerror(-err));
 		goto out;

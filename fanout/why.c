@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "coverage.h"
+#include "gather.h"
 #include "merge.h"
 #include "strbuf.h"
 
@@ -159,7 +160,6 @@ int why_attach(sqlite3 *db, const struct an_plan *plan, const struct fanout_para
 	p.clock_param = plan->clock_param;
 	p.pings = 0;
 	p.progress = 0;
-	p.direct = NULL;
 	fo = fanout_new(&p, cause);
 	m = merge_new(cause);
 	cov = coverage_new(p.nhosts, p.hosts);
@@ -167,7 +167,7 @@ int why_attach(sqlite3 *db, const struct an_plan *plan, const struct fanout_para
 		err = *cause ? -EIO : fq_fail(cause, -ENOMEM, "out of memory");
 		goto out;
 	}
-	err = fanout_run(fo, m, cov, cause);
+	err = gather_run(fo, &p, m, cov, NULL, cause);
 	if (err)
 		goto out;
 	if (!merge_has_table(m)) {

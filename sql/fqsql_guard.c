@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cause.h"
+#include "clock.h"
 #include "fqsql.h"
 
 #define PROGRESS_OPS 1000
@@ -40,28 +42,6 @@ struct fqsql_state {
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fqsql_state *registry;
-
-__attribute__((format(printf, 3, 4)))
-static int set_cause(char **cause, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cause) {
-		va_start(ap, fmt);
-		if (vasprintf(cause, fmt, ap) < 0)
-			*cause = NULL;
-		va_end(ap);
-	}
-	return err;
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static struct fqsql_state *state_find(sqlite3 *db)
 {
@@ -102,7 +82,7 @@ static int progress(void *arg)
 	struct fqsql_state *s = arg;
 	int64_t deadline = __atomic_load_n(&s->deadline_ns, __ATOMIC_RELAXED);
 
-	if (!deadline || now_ns() < deadline)
+	if (!deadline || clock_ns(CLOCK_MONOTONIC) < deadline)
 		return 0;
 	s->deadline_hit = 1;
 	return 1;
@@ -340,19 +320,19 @@ int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite
 	if (out)
 		*out = NULL;
 	if (!path || !out)
-		return set_cause(cause, -EINVAL, "no trace file given: pass its path");
+		return fq_fail(cause, -EINVAL, "no trace file given: pass its path");
 	/* SQLite would say "unable to open database file" for all of these: say which */
 	if (stat(path, &sb) < 0)
-		return set_cause(cause, -errno, "cannot open trace file '%s': %s: check "
-				 "agentd's --db path", path, strerror(errno));
+		return fq_fail(cause, -errno, "cannot open trace file '%s': %s: check "
+			       "agentd's --db path", path, strerror(errno));
 	if (!S_ISREG(sb.st_mode))
-		return set_cause(cause, -EINVAL, "trace file '%s' is not a regular file: check "
-				 "agentd's --db path", path);
+		return fq_fail(cause, -EINVAL, "trace file '%s' is not a regular file: check "
+			       "agentd's --db path", path);
 	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
 	if (rc != SQLITE_OK) {
-		ret = set_cause(cause, rc == SQLITE_NOMEM ? -ENOMEM : -EIO,
-				"cannot open trace file '%s' read-only: %s", path,
-				db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+		ret = fq_fail(cause, rc == SQLITE_NOMEM ? -ENOMEM : -EIO,
+			      "cannot open trace file '%s' read-only: %s", path,
+			      db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
 		goto fail;
 	}
 	sqlite3_extended_result_codes(db, 1);
@@ -360,9 +340,9 @@ int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite
 	    sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, off, NULL) !=
 		    SQLITE_OK ||
 	    sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, off, NULL) != SQLITE_OK) {
-		ret = set_cause(cause, -ENOTSUP, "cannot make '%s' read-only: this SQLite (%s) "
-				"lacks defensive mode: use SQLite >= 3.31", path,
-				sqlite3_libversion());
+		ret = fq_fail(cause, -ENOTSUP, "cannot make '%s' read-only: this SQLite (%s) "
+			      "lacks defensive mode: use SQLite >= 3.31", path,
+			      sqlite3_libversion());
 		goto fail;
 	}
 	set_limits(db, lim);
@@ -374,24 +354,24 @@ int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite
 	 */
 	if (sqlite3_exec(db, "PRAGMA query_only = 1; PRAGMA temp_store = MEMORY", NULL, NULL,
 			 &err) != SQLITE_OK) {
-		ret = set_cause(cause, -EIO, "cannot make '%s' read-only: %s", path, err);
+		ret = fq_fail(cause, -EIO, "cannot make '%s' read-only: %s", path, err);
 		goto fail;
 	}
 	/* Reading the schema now turns "not a database" into an error at open, not at query */
 	if (sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", NULL, NULL, &err) != SQLITE_OK) {
-		ret = set_cause(cause, -EIO, "cannot read trace file '%s': %s: is it a fleetq "
-				"trace (SQLite) file?", path, err);
+		ret = fq_fail(cause, -EIO, "cannot read trace file '%s': %s: is it a fleetq "
+			      "trace (SQLite) file?", path, err);
 		goto fail;
 	}
 	ret = fqsql_register(db);
 	if (ret < 0) {
-		set_cause(cause, ret, "cannot register SQL functions on '%s': %s", path,
-			  strerror(-ret));
+		fq_fail(cause, ret, "cannot register SQL functions on '%s': %s", path,
+			strerror(-ret));
 		goto fail;
 	}
 	s = state_get(db);
 	if (!s) {
-		ret = set_cause(cause, -ENOMEM, "cannot guard '%s': out of memory", path);
+		ret = fq_fail(cause, -ENOMEM, "cannot guard '%s': out of memory", path);
 		goto fail;
 	}
 	s->guarded = 1;
@@ -508,9 +488,9 @@ static int denied_cause(struct fqsql_state *s, const char *sql, char **cause)
 
 	statement_words(sql, words, sizeof(words));
 	if (!s || !s->denied[0] || !strcmp(s->denied, SCHEMA_CHANGE))
-		return set_cause(cause, -EACCES, "denied: %s (" READONLY_WHY ")",
-				 words[0] ? words : "statement that writes");
-	return set_cause(cause, -EACCES, "%s", s->denied);
+		return fq_fail(cause, -EACCES, "denied: %s (" READONLY_WHY ")",
+			       words[0] ? words : "statement that writes");
+	return fq_fail(cause, -EACCES, "%s", s->denied);
 }
 
 static int sqlite_to_errno(int rc)
@@ -543,7 +523,7 @@ int fqsql_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **out, char **cause
 	if (out)
 		*out = NULL;
 	if (!db || !sql || !out)
-		return set_cause(cause, -EINVAL, "no query given: send one SELECT statement");
+		return fq_fail(cause, -EINVAL, "no query given: send one SELECT statement");
 	if (s)
 		s->denied[0] = 0;
 	rc = sqlite3_prepare_v3(db, sql, -1, 0, &st, &tail);
@@ -552,17 +532,17 @@ int fqsql_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **out, char **cause
 		if ((rc & 0xff) == SQLITE_AUTH || (s && s->denied[0])) {
 			ret = denied_cause(s, sql, cause);
 		} else if ((rc & 0xff) == SQLITE_TOOBIG) {
-			ret = set_cause(cause, -E2BIG, "query too long (over %d bytes): shorten it",
-					sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, -1));
+			ret = fq_fail(cause, -E2BIG, "query too long (over %d bytes): shorten it",
+				      sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, -1));
 		} else {
 			ret = sqlite_to_errno(rc);
-			ret = set_cause(cause, ret == -EIO ? -EINVAL : ret, "sql error: %s",
-					sqlite3_errmsg(db));
+			ret = fq_fail(cause, ret == -EIO ? -EINVAL : ret, "sql error: %s",
+				      sqlite3_errmsg(db));
 		}
 		goto fail;
 	}
 	if (!st) {
-		ret = set_cause(cause, -EINVAL, "empty query: send one SELECT statement");
+		ret = fq_fail(cause, -EINVAL, "empty query: send one SELECT statement");
 		goto fail;
 	}
 	if (!only_trivia(tail)) {
@@ -573,8 +553,8 @@ int fqsql_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **out, char **cause
 		for (i = 0; i + 1 < sizeof(snippet) && tail[i]; i++)
 			snippet[i] = (unsigned char)tail[i] < ' ' ? ' ' : tail[i];
 		snippet[i] = 0;
-		ret = set_cause(cause, -EINVAL, "one statement per query: remove \"%s\" after the "
-				"first statement", snippet);
+		ret = fq_fail(cause, -EINVAL, "one statement per query: remove \"%s\" after the "
+			      "first statement", snippet);
 		goto fail;
 	}
 	/* The authorizer sees no action for VACUUM; anything that would write ends here */
@@ -597,22 +577,22 @@ int fqsql_step_cause(sqlite3 *db, int rc, char **cause)
 	if (cause)
 		*cause = NULL;
 	if (ret == -ETIMEDOUT && !(s && s->deadline_hit))
-		return set_cause(cause, -EINTR, "query interrupted");
+		return fq_fail(cause, -EINTR, "query interrupted");
 	switch (ret) {
 	case -ETIMEDOUT:
-		return set_cause(cause, ret, "query ran past its deadline: narrow it (WHERE "
-				 "ts_ns > ...) or raise the timeout");
+		return fq_fail(cause, ret, "query ran past its deadline: narrow it (WHERE "
+			       "ts_ns > ...) or raise the timeout");
 	case -E2BIG:
-		return set_cause(cause, ret, "query made a string or blob over %d bytes: "
-				 "select less", sqlite3_limit(db, SQLITE_LIMIT_LENGTH, -1));
+		return fq_fail(cause, ret, "query made a string or blob over %d bytes: "
+			       "select less", sqlite3_limit(db, SQLITE_LIMIT_LENGTH, -1));
 	case -ENOMEM:
-		return set_cause(cause, ret, "query ran out of memory (agentd's heap limit): "
-				 "aggregate on the node or select less");
+		return fq_fail(cause, ret, "query ran out of memory (agentd's heap limit): "
+			       "aggregate on the node or select less");
 	case -EACCES:
-		return set_cause(cause, ret, "%s", s && s->denied[0] && strcmp(s->denied,
+		return fq_fail(cause, ret, "%s", s && s->denied[0] && strcmp(s->denied,
 			SCHEMA_CHANGE) ? s->denied : "denied: not a read-only query");
 	default:
-		return set_cause(cause, ret, "query failed: %s", sqlite3_errmsg(db));
+		return fq_fail(cause, ret, "query failed: %s", sqlite3_errmsg(db));
 	}
 }
 

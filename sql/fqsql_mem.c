@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "fqsql.h"
 
 #define HDR 16 /* keeps malloc's 16-byte alignment */
@@ -55,14 +56,6 @@ static int64_t total_used; /* charged to any budget: __atomic */
 static int64_t total_limit;
 static int installed;
 
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void budget_put(struct fqsql_budget *b)
 {
 	if (__atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) == 0)
@@ -76,7 +69,8 @@ static int charge(struct fqsql_budget *b, int64_t n)
 
 	int64_t deadline = __atomic_load_n(&b->deadline_ns, __ATOMIC_RELAXED);
 
-	if (deadline && (n >= BIG || ++b->tick % CLOCK_EVERY == 0) && now_ns() >= deadline) {
+	if (deadline && (n >= BIG || ++b->tick % CLOCK_EVERY == 0) &&
+	    clock_ns(CLOCK_MONOTONIC) >= deadline) {
 		b->hit = __atomic_load_n(&b->stopped, __ATOMIC_RELAXED) ? FQSQL_MEM_STOPPED
 									 : FQSQL_MEM_DEADLINE;
 		return -1;

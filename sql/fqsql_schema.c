@@ -1,26 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* The trace schema: sql/schema.sql (embedded as fqsql_schema_sql) plus its version in meta. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cause.h"
 #include "fqsql.h"
-
-__attribute__((format(printf, 3, 4)))
-static int set_cause(char **cause, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cause) {
-		va_start(ap, fmt);
-		if (vasprintf(cause, fmt, ap) < 0)
-			*cause = NULL;
-		va_end(ap);
-	}
-	return err;
-}
 
 /* The schema_version a file records, 0 when it has none (new file). */
 static int current_version(sqlite3 *db, int *version)
@@ -57,19 +43,19 @@ int fqsql_schema_apply(sqlite3 *db, char **cause)
 		return -EINVAL;
 	/* a savepoint works both inside and outside the caller's transaction */
 	if (sqlite3_exec(db, "SAVEPOINT fqsql_schema", NULL, NULL, &err) != SQLITE_OK) {
-		ret = set_cause(cause, -EIO, "cannot create the trace schema: %s", err);
+		ret = fq_fail(cause, -EIO, "cannot create the trace schema: %s", err);
 		sqlite3_free(err);
 		return ret;
 	}
 	if (current_version(db, &version) < 0) {
-		ret = set_cause(cause, -EIO, "cannot read the trace schema version: %s",
-				sqlite3_errmsg(db));
+		ret = fq_fail(cause, -EIO, "cannot read the trace schema version: %s",
+			      sqlite3_errmsg(db));
 		goto out;
 	}
 	if (version > FQSQL_SCHEMA_VERSION) {
-		ret = set_cause(cause, -ENOTSUP,
-				"trace file has schema version %d, newer than this build's %d: "
-				"upgrade fleetq", version, FQSQL_SCHEMA_VERSION);
+		ret = fq_fail(cause, -ENOTSUP,
+			      "trace file has schema version %d, newer than this build's %d: "
+			      "upgrade fleetq", version, FQSQL_SCHEMA_VERSION);
 		goto out;
 	}
 	/*
@@ -87,10 +73,10 @@ int fqsql_schema_apply(sqlite3 *db, char **cause)
 			"ALTER TABLE comms ADD COLUMN nccl_hash TEXT";
 
 		if (sqlite3_exec(db, add, NULL, NULL, &err) != SQLITE_OK) {
-			ret = set_cause(cause,
-					sqlite3_errcode(db) == SQLITE_READONLY ? -EROFS : -EIO,
-					"cannot add the version 4 columns to a version %d trace: %s",
-					version, err ? err : sqlite3_errmsg(db));
+			ret = fq_fail(cause,
+				      sqlite3_errcode(db) == SQLITE_READONLY ? -EROFS : -EIO,
+				      "cannot add the version 4 columns to a version %d trace: %s",
+				      version, err ? err : sqlite3_errmsg(db));
 			sqlite3_free(err);
 			goto out;
 		}
@@ -98,9 +84,9 @@ int fqsql_schema_apply(sqlite3 *db, char **cause)
 	}
 	if (version && version < FQSQL_SCHEMA_VERSION) {
 		/* tables of another shape under the same names: never mix the two */
-		ret = set_cause(cause, -ESTALE,
-				"trace file has schema version %d, older than this build's %d: "
-				"move it aside to start a new file", version, FQSQL_SCHEMA_VERSION);
+		ret = fq_fail(cause, -ESTALE,
+			      "trace file has schema version %d, older than this build's %d: "
+			      "move it aside to start a new file", version, FQSQL_SCHEMA_VERSION);
 		goto out;
 	}
 	snprintf(sql, sizeof(sql),
@@ -108,8 +94,8 @@ int fqsql_schema_apply(sqlite3 *db, char **cause)
 		 FQSQL_SCHEMA_VERSION);
 	if (sqlite3_exec(db, fqsql_schema_sql, NULL, NULL, &err) != SQLITE_OK ||
 	    sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
-		ret = set_cause(cause, sqlite3_errcode(db) == SQLITE_READONLY ? -EROFS : -EIO,
-				"cannot create the trace schema: %s", err ? err : sqlite3_errmsg(db));
+		ret = fq_fail(cause, sqlite3_errcode(db) == SQLITE_READONLY ? -EROFS : -EIO,
+			      "cannot create the trace schema: %s", err ? err : sqlite3_errmsg(db));
 		sqlite3_free(err);
 	}
 out:

@@ -10,10 +10,10 @@
  * encoding is plain msgpack; tests cross-check it against msgpack-c.
  */
 #include "wire.h"
+#include "cause.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +69,42 @@ const char *wire_status_name(int status)
 	if (status < 0 || (size_t)status >= sizeof(names) / sizeof(names[0]) || !names[status])
 		return "?";
 	return names[status];
+}
+
+static const char *const outcome_names[WIRE_NOUTCOMES] = {
+	[WIRE_OUT_PENDING] = "pending",	      [WIRE_OUT_OK] = "ok",
+	[WIRE_OUT_TRUNCATED] = "truncated",     [WIRE_OUT_TIMEOUT] = "timeout",
+	[WIRE_OUT_UNREACHABLE] = "unreachable", [WIRE_OUT_TLS] = "tls",
+	[WIRE_OUT_SQL] = "sql error",	      [WIRE_OUT_PROTOCOL] = "protocol",
+	[WIRE_OUT_COLUMNS] = "columns",	      [WIRE_OUT_PARTIAL] = "partial",
+	[WIRE_OUT_AGENT] = "agent",	      [WIRE_OUT_INTERRUPTED] = "interrupted",
+	[WIRE_OUT_BUSY] = "busy",
+};
+
+const char *wire_outcome_name(int outcome)
+{
+	return outcome >= 0 && outcome < WIRE_NOUTCOMES ? outcome_names[outcome] : "?";
+}
+
+int wire_outcome_parse(const char *name)
+{
+	/* What agents sent before the names above were fixed (fleetq's display names). */
+	static const struct {
+		const char *name;
+		int outcome;
+	} old[] = {
+		{ "protocol error", WIRE_OUT_PROTOCOL },
+		{ "columns differ", WIRE_OUT_COLUMNS },
+		{ "agent error", WIRE_OUT_AGENT },
+	};
+
+	for (int o = WIRE_OUT_OK; o < WIRE_NOUTCOMES; o++)
+		if (!strcmp(outcome_names[o], name))
+			return o;
+	for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++)
+		if (!strcmp(old[i].name, name))
+			return old[i].outcome;
+	return -1;
 }
 
 /* ---- buffers ---- */
@@ -723,27 +759,11 @@ int wire_frame_check(const void *buf, size_t avail, size_t max_payload, size_t *
 	return 1;
 }
 
-static int failv(char **cause, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* Sets *cause (when the caller wants one) and returns err. */
-static int failv(char **cause, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cause && !*cause) {
-		va_start(ap, fmt);
-		if (vasprintf(cause, fmt, ap) < 0)
-			*cause = NULL;
-		va_end(ap);
-	}
-	return err;
-}
-
 static int claims(char **cause, const char *what, uint64_t n, ptrdiff_t off, ptrdiff_t left)
 {
-	return failv(cause, -EPROTO,
-		     "%s of %llu elements at offset %td claims more than the %td bytes left", what,
-		     (unsigned long long)n, off, left);
+	return fq_fail(cause, -EPROTO,
+		       "%s of %llu elements at offset %td claims more than the %td bytes left",
+		       what, (unsigned long long)n, off, left);
 }
 
 static inline uint16_t be16(const uint8_t *p)
@@ -866,15 +886,15 @@ int wire_validate(const void *buf, size_t len, char **cause)
 			break;
 		left[depth]--;
 		if (p == end)
-			return failv(cause, -EPROTO, "msgpack truncated at byte %zu of %zu",
-				     (size_t)(p - start), len);
+			return fq_fail(cause, -EPROTO, "msgpack truncated at byte %zu of %zu",
+				       (size_t)(p - start), len);
 		h = mp_header(*p);
 		if (h.kind == MP_BAD)
-			return failv(cause, -EPROTO, "invalid msgpack byte 0x%02x at offset %zu",
-				     *p, (size_t)(p - start));
+			return fq_fail(cause, -EPROTO, "invalid msgpack byte 0x%02x at offset %zu",
+				       *p, (size_t)(p - start));
 		if ((size_t)(end - p) < h.size)
-			return failv(cause, -EPROTO, "msgpack truncated at byte %zu of %zu",
-				     (size_t)(p - start), len);
+			return fq_fail(cause, -EPROTO, "msgpack truncated at byte %zu of %zu",
+				       (size_t)(p - start), len);
 		switch (h.lenw) {
 		case 0:
 			n = (h.kind == MP_RAW) ? (*p & 0x1f) : (*p & 0x0f);
@@ -897,10 +917,10 @@ int wire_validate(const void *buf, size_t len, char **cause)
 		case MP_EXT: /* size counted the ext type byte; n is the data */
 		case MP_RAW:
 			if (n > rest)
-				return failv(cause, -EPROTO,
-					     "string of %llu bytes at offset %td claims more than "
-					     "the %llu bytes left", (unsigned long long)n,
-					     p - h.size - start, (unsigned long long)rest);
+				return fq_fail(cause, -EPROTO,
+					       "string of %llu bytes at offset %td claims more "
+					       "than the %llu bytes left", (unsigned long long)n,
+					       p - h.size - start, (unsigned long long)rest);
 			p += n;
 			break;
 		case MP_ARRAY:
@@ -914,15 +934,16 @@ int wire_validate(const void *buf, size_t len, char **cause)
 			if (n == 0)
 				break;
 			if (depth == WIRE_DEPTH_MAX)
-				return failv(cause, -EPROTO, "msgpack nested deeper than %d levels",
-					     WIRE_DEPTH_MAX);
+				return fq_fail(cause, -EPROTO,
+					       "msgpack nested deeper than %d levels",
+					       WIRE_DEPTH_MAX);
 			left[++depth] = n;
 			break;
 		}
 	}
 	if (p != end)
-		return failv(cause, -EPROTO, "%zu stray bytes after the msgpack object",
-			     (size_t)(end - p));
+		return fq_fail(cause, -EPROTO, "%zu stray bytes after the msgpack object",
+			       (size_t)(end - p));
 	return 0;
 }
 
@@ -1286,8 +1307,8 @@ static int decode_field(struct wire_priv *pv, struct rd *r, const struct field *
 			goto type;
 		err = dup_cstr(pv, s, n, f->dst);
 		if (err == -EBADMSG)
-			return failv(cause, err, "%s frame: key \"%s\" holds a NUL byte", tname,
-				     f->key);
+			return fq_fail(cause, err, "%s frame: key \"%s\" holds a NUL byte", tname,
+				       f->key);
 		return err;
 	case F_PARAMS: {
 		struct wire_value *vals;
@@ -1296,19 +1317,19 @@ static int decode_field(struct wire_priv *pv, struct rd *r, const struct field *
 		if (cnt < 0)
 			goto type;
 		if (cnt > WIRE_PARAMS_MAX)
-			return failv(cause, -EBADMSG,
-				     "%s frame: %lld parameters, at most %d allowed", tname,
-				     (long long)cnt, WIRE_PARAMS_MAX);
+			return fq_fail(cause, -EBADMSG,
+				       "%s frame: %lld parameters, at most %d allowed", tname,
+				       (long long)cnt, WIRE_PARAMS_MAX);
 		vals = arena_alloc(pv, (size_t)cnt * sizeof(*vals) + 1, 8);
 		if (!vals)
 			return -ENOMEM;
 		for (i = 0; i < (size_t)cnt; i++) {
 			err = rd_value(r, &vals[i]);
 			if (err)
-				return failv(cause, -EBADMSG,
-					     "%s frame: parameter %zu is not "
-					     "nil/int/float/str/bin%s", tname, i + 1,
-					     err == RD_RANGE ? " (integer > INT64_MAX)" : "");
+				return fq_fail(cause, -EBADMSG,
+					       "%s frame: parameter %zu is not "
+					       "nil/int/float/str/bin%s", tname, i + 1,
+					       err == RD_RANGE ? " (integer > INT64_MAX)" : "");
 		}
 		*(const struct wire_value **)f->dst = vals;
 		*f->count = (size_t)cnt;
@@ -1321,19 +1342,19 @@ static int decode_field(struct wire_priv *pv, struct rd *r, const struct field *
 		if (cnt < 0)
 			goto type;
 		if (cnt > WIRE_PEERS_MAX)
-			return failv(cause, -EBADMSG, "%s frame: %lld peers, at most %d allowed",
-				     tname, (long long)cnt, WIRE_PEERS_MAX);
+			return fq_fail(cause, -EBADMSG, "%s frame: %lld peers, at most %d allowed",
+				       tname, (long long)cnt, WIRE_PEERS_MAX);
 		peers = arena_alloc(pv, ((size_t)cnt + 1) * sizeof(*peers), 8);
 		if (!peers)
 			return -ENOMEM;
 		for (i = 0; i < (size_t)cnt; i++) {
 			if (rd_str(r, &s, &n))
-				return failv(cause, -EBADMSG, "%s frame: peer %zu is not a string",
-					     tname, i + 1);
+				return fq_fail(cause, -EBADMSG,
+					       "%s frame: peer %zu is not a string", tname, i + 1);
 			err = dup_cstr(pv, s, n, &peers[i]);
 			if (err)
-				return failv(cause, err, "%s frame: peer %zu is not a valid name",
-					     tname, i + 1);
+				return fq_fail(cause, err, "%s frame: peer %zu is not a valid name",
+					       tname, i + 1);
 		}
 		peers[cnt] = NULL;
 		*(const char *const **)f->dst = peers;
@@ -1342,8 +1363,8 @@ static int decode_field(struct wire_priv *pv, struct rd *r, const struct field *
 	}
 	}
 type:
-	return failv(cause, -EBADMSG, "%s frame: key \"%s\" has the wrong type%s", tname, f->key,
-		     range ? " (integer > INT64_MAX)" : "");
+	return fq_fail(cause, -EBADMSG, "%s frame: key \"%s\" has the wrong type%s", tname, f->key,
+		       range ? " (integer > INT64_MAX)" : "");
 }
 
 /*
@@ -1361,22 +1382,22 @@ static int decode_map(struct wire_priv *pv, struct rd *r, const struct field *fi
 
 	n = rd_container(r, true);
 	if (n < 0)
-		return failv(cause, -EBADMSG, "%s frame: body is not a map", tname);
+		return fq_fail(cause, -EBADMSG, "%s frame: body is not a map", tname);
 	for (k = 0; k < n; k++) {
 		if (rd_str(r, &key, &klen))
-			return failv(cause, -EBADMSG, "%s frame: map key %lld is not a string",
-				     tname, (long long)k + 1);
+			return fq_fail(cause, -EBADMSG, "%s frame: map key %lld is not a string",
+				       tname, (long long)k + 1);
 		for (i = 0; i < nfields; i++)
 			if (strlen(fields[i].key) == klen && !memcmp(fields[i].key, key, klen))
 				break;
 		if (i == nfields) {
 			if (rd_skip(r))
-				return failv(cause, -EPROTO, "%s frame: malformed value", tname);
+				return fq_fail(cause, -EPROTO, "%s frame: malformed value", tname);
 			continue;
 		}
 		if (seen & (1u << i))
-			return failv(cause, -EBADMSG, "%s frame: key \"%s\" appears twice", tname,
-				     fields[i].key);
+			return fq_fail(cause, -EBADMSG, "%s frame: key \"%s\" appears twice", tname,
+				       fields[i].key);
 		seen |= 1u << i;
 		err = decode_field(pv, r, &fields[i], tname, cause);
 		if (err)
@@ -1384,8 +1405,8 @@ static int decode_map(struct wire_priv *pv, struct rd *r, const struct field *fi
 	}
 	for (i = 0; i < nfields; i++)
 		if (fields[i].required && !(seen & (1u << i)))
-			return failv(cause, -EBADMSG, "%s frame: required key \"%s\" is missing",
-				     tname, fields[i].key);
+			return fq_fail(cause, -EBADMSG, "%s frame: required key \"%s\" is missing",
+				       tname, fields[i].key);
 	return 0;
 }
 
@@ -1431,7 +1452,7 @@ static int decode_query(struct wire_priv *pv, struct rd *r, struct wire_query *q
 	int err = decode_map(pv, r, f, NFIELDS(f), "QUERY", cause);
 
 	if (!err && !q->sql)
-		err = failv(cause, -EBADMSG, "QUERY frame: \"sql\" is nil");
+		err = fq_fail(cause, -EBADMSG, "QUERY frame: \"sql\" is nil");
 	return err;
 }
 
@@ -1486,21 +1507,23 @@ static int decode_columns(struct wire_priv *pv, struct rd *r, struct wire_msg *m
 
 	n = rd_container(r, false);
 	if (n < 0)
-		return failv(cause, -EBADMSG, "COLUMNS frame: body is not an array");
+		return fq_fail(cause, -EBADMSG, "COLUMNS frame: body is not an array");
 	if (n > WIRE_COLUMNS_MAX)
-		return failv(cause, -EBADMSG, "COLUMNS frame: %lld columns, at most %d allowed",
-			     (long long)n, WIRE_COLUMNS_MAX);
+		return fq_fail(cause, -EBADMSG, "COLUMNS frame: %lld columns, at most %d allowed",
+			       (long long)n, WIRE_COLUMNS_MAX);
 	names = arena_alloc(pv, ((size_t)n + 1) * sizeof(*names), 8);
 	if (!names)
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
 		if (rd_str(r, &s, &len))
-			return failv(cause, -EBADMSG, "COLUMNS frame: column %lld is not a string",
-				     (long long)i + 1);
+			return fq_fail(cause, -EBADMSG,
+				       "COLUMNS frame: column %lld is not a string",
+				       (long long)i + 1);
 		err = dup_cstr(pv, s, len, &names[i]);
 		if (err)
-			return failv(cause, err, "COLUMNS frame: column %lld name holds a NUL byte",
-				     (long long)i + 1);
+			return fq_fail(cause, err,
+				       "COLUMNS frame: column %lld name holds a NUL byte",
+				       (long long)i + 1);
 	}
 	names[n] = NULL;
 	msg->u.columns.ncols = (size_t)n;
@@ -1526,24 +1549,25 @@ static inline int rd_row(struct rd *r, size_t *ncols, struct wire_value *vals, s
 	else
 		n = rd_container(r, false);
 	if (unlikely(n <= 0))
-		return failv(cause, -EBADMSG, "ROWS frame: row %zu is not a non-empty array", row);
+		return fq_fail(cause, -EBADMSG, "ROWS frame: row %zu is not a non-empty array",
+			       row);
 	if (unlikely(n > r->end - r->p))
 		return claims(cause, "array", (uint64_t)n, r->p - r->base, r->end - r->p);
 	if (*ncols == 0)
 		*ncols = (size_t)n;
 	if (unlikely((size_t)n != *ncols))
-		return failv(cause, -EBADMSG, "ROWS frame: row %zu has %lld values, expected %zu",
-			     row, (long long)n, *ncols);
+		return fq_fail(cause, -EBADMSG, "ROWS frame: row %zu has %lld values, expected %zu",
+			       row, (long long)n, *ncols);
 	for (i = 0; i < (size_t)n; i++) {
 		rc = rd_value(r, vals ? &vals[i] : &scratch);
 		if (unlikely(rc == RD_SHORT))
-			return failv(cause, -EPROTO,
-				     "ROWS frame: row %zu value %zu claims more than the %td "
-				     "bytes left", row, i + 1, r->end - r->p);
+			return fq_fail(cause, -EPROTO,
+				       "ROWS frame: row %zu value %zu claims more than the %td "
+				       "bytes left", row, i + 1, r->end - r->p);
 		if (unlikely(rc))
-			return failv(cause, -EBADMSG, "ROWS frame: row %zu value %zu is %s", row,
-				     i + 1, rc == RD_RANGE ? "an integer > INT64_MAX" :
-				     "not nil/int/float/str/bin");
+			return fq_fail(cause, -EBADMSG, "ROWS frame: row %zu value %zu is %s", row,
+				       i + 1, rc == RD_RANGE ? "an integer > INT64_MAX" :
+				       "not nil/int/float/str/bin");
 	}
 	return 0;
 }
@@ -1557,7 +1581,7 @@ static int decode_rows(struct wire_priv *pv, struct rd *r, struct wire_msg *msg,
 
 	n = rd_container(r, false);
 	if (n < 0)
-		return failv(cause, -EBADMSG, "ROWS frame: body is not an array");
+		return fq_fail(cause, -EBADMSG, "ROWS frame: body is not an array");
 	if (n > r->end - r->p)
 		return claims(cause, "array", (uint64_t)n, r->p - r->base, r->end - r->p);
 	/*
@@ -1592,18 +1616,19 @@ int wire_decode(struct wire_msg *msg, const void *frame, size_t frame_len, char 
 	if (cause)
 		*cause = NULL;
 	if (frame_len < WIRE_HDR_LEN) {
-		err = failv(cause, -EPROTO, "frame of %zu bytes is shorter than its header",
-			    frame_len);
+		err = fq_fail(cause, -EPROTO, "frame of %zu bytes is shorter than its header",
+			      frame_len);
 		goto out;
 	}
 	if (be32(f) != frame_len - WIRE_HDR_LEN) {
-		err = failv(cause, -EPROTO, "frame header says %u payload bytes but %zu were given",
-			    be32(f), frame_len - WIRE_HDR_LEN);
+		err = fq_fail(cause, -EPROTO,
+			      "frame header says %u payload bytes but %zu were given", be32(f),
+			      frame_len - WIRE_HDR_LEN);
 		goto out;
 	}
 	if (frame_len - WIRE_HDR_LEN > WIRE_FRAME_MAX) {
-		err = failv(cause, -EMSGSIZE, "frame payload of %zu bytes exceeds the %u limit",
-			    frame_len - WIRE_HDR_LEN, WIRE_FRAME_MAX);
+		err = fq_fail(cause, -EMSGSIZE, "frame payload of %zu bytes exceeds the %u limit",
+			      frame_len - WIRE_HDR_LEN, WIRE_FRAME_MAX);
 		goto out;
 	}
 	r.p = f + WIRE_HDR_LEN;
@@ -1616,7 +1641,7 @@ int wire_decode(struct wire_msg *msg, const void *frame, size_t frame_len, char 
 	 */
 	n = rd_container(&r, false);
 	if (n < 2) {
-		err = failv(cause, -EPROTO, "frame is not a [version, type, body] array");
+		err = fq_fail(cause, -EPROTO, "frame is not a [version, type, body] array");
 		goto out;
 	}
 	if (n > r.end - r.p) {
@@ -1624,21 +1649,21 @@ int wire_decode(struct wire_msg *msg, const void *frame, size_t frame_len, char 
 		goto out;
 	}
 	if (rd_value(&r, &v) || v.type != WIRE_INT || v.i < 0 || v.i > INT_MAX) {
-		err = failv(cause, -EPROTO, "frame version is not a small unsigned integer");
+		err = fq_fail(cause, -EPROTO, "frame version is not a small unsigned integer");
 		goto out;
 	}
 	ver = (uint64_t)v.i;
 	msg->version = (int)ver;
 	if (rd_value(&r, &v) || v.type != WIRE_INT || v.i < 0 || v.i > INT_MAX) {
-		err = failv(cause, -EPROTO, "frame type is not a small unsigned integer");
+		err = fq_fail(cause, -EPROTO, "frame type is not a small unsigned integer");
 		goto out;
 	}
 	type = (uint64_t)v.i;
 	msg->type = (int)type;
 	if (ver != WIRE_VERSION) {
-		err = failv(cause, -EPROTONOSUPPORT,
-			    "peer speaks wire protocol version %d, this build speaks %d",
-			    msg->version, WIRE_VERSION);
+		err = fq_fail(cause, -EPROTONOSUPPORT,
+			      "peer speaks wire protocol version %d, this build speaks %d",
+			      msg->version, WIRE_VERSION);
 		goto out;
 	}
 	/*
@@ -1654,12 +1679,12 @@ int wire_decode(struct wire_msg *msg, const void *frame, size_t frame_len, char 
 	if (err)
 		goto out;
 	if (n != 3) {
-		err = failv(cause, -EPROTO, "frame array has %lld elements, expected 3",
-			    (long long)n);
+		err = fq_fail(cause, -EPROTO, "frame array has %lld elements, expected 3",
+			      (long long)n);
 		goto out;
 	}
 	if (!strcmp(wire_type_name(msg->type), "?")) {
-		err = failv(cause, -EPROTO, "unknown frame type %d", msg->type);
+		err = fq_fail(cause, -EPROTO, "unknown frame type %d", msg->type);
 		goto out;
 	}
 
@@ -1693,10 +1718,10 @@ int wire_decode(struct wire_msg *msg, const void *frame, size_t frame_len, char 
 		break;
 	}
 	if (!err && r.p != r.end)
-		err = failv(cause, -EBADMSG, "%s frame: body has trailing elements",
-			    wire_type_name(msg->type));
+		err = fq_fail(cause, -EBADMSG, "%s frame: body has trailing elements",
+			      wire_type_name(msg->type));
 	if (err == -ENOMEM)
-		failv(cause, err, "out of memory decoding a %s frame", wire_type_name(msg->type));
+		fq_fail(cause, err, "out of memory decoding a %s frame", wire_type_name(msg->type));
 out:
 	if (err) {
 		int version = msg->version, t = msg->type;

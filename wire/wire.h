@@ -59,6 +59,36 @@ enum wire_status {
 const char *wire_type_name(int type);     /* "HELLO", ... or "?" */
 const char *wire_status_name(int status); /* "ok", "sql error", ... */
 
+/*
+ * What became of one node of a fan-out: a relay's END names it in `outcome`
+ * for each leaf (PROTOCOL.md, END). The requester shows it in its own words.
+ */
+enum wire_outcome {
+	WIRE_OUT_PENDING = 0,
+	WIRE_OUT_OK,	      /* END with status ok: every row arrived */
+	WIRE_OUT_TRUNCATED,   /* a limit cut it; rows kept, node not ok */
+	WIRE_OUT_TIMEOUT,     /* deadline passed (or no HELLO within the connect timeout) */
+	WIRE_OUT_UNREACHABLE, /* DNS, refused, no route, connect timeout */
+	WIRE_OUT_TLS,	      /* handshake failed, certificate refused or not for this host */
+	WIRE_OUT_SQL,	      /* END with a query-level failure (sql, denied, limits) */
+	WIRE_OUT_PROTOCOL,    /* malformed frames, wrong version, unexpected frame */
+	WIRE_OUT_COLUMNS,     /* columns differ from the others': rows not kept */
+	WIRE_OUT_PARTIAL,     /* connection lost before END: rows dropped */
+	WIRE_OUT_AGENT,	      /* agent sent ERROR (shutting down, internal) */
+	WIRE_OUT_INTERRUPTED, /* the requester stopped the fan-out before this node finished */
+	WIRE_OUT_BUSY,	      /* agent too busy: try again */
+	WIRE_NOUTCOMES
+};
+
+/* END's `outcome` text: "ok", "protocol", "columns", ... ("?" out of range). */
+const char *wire_outcome_name(int outcome);
+/*
+ * The outcome an END's `outcome` names, or -1 when unknown. Agents before
+ * protocol names were fixed sent "protocol error", "columns differ" and
+ * "agent error": those parse too.
+ */
+int wire_outcome_parse(const char *name);
+
 enum wire_vtype { WIRE_NULL = 0, WIRE_INT, WIRE_REAL, WIRE_TEXT, WIRE_BLOB };
 
 /*

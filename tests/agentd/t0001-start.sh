@@ -56,6 +56,15 @@ if [ -n "${AGENTD_MAN:-}" ]; then
 		sort -u >"$T/man.opts"
 	cmp -s "$T/help.opts" "$T/man.opts" ||
 		fail "--help and docs/agentd.8 disagree: $(diff "$T/help.opts" "$T/man.opts")"
+	# The trace's bounds by default: the same numbers in both.
+	for o in retain-bytes retain-age; do
+		d=$(sed -n "/--$o /,/default:/p" "$T/help.out" | grep -oE 'default: [0-9]+' | head -n 1)
+		[ -n "$d" ] || fail "--help gives no default for --$o"
+		M=".BI $(printf '%s' "--$o" | sed 's/-/\\-/g') " awk \
+			'index($0, ENVIRON["M"]) == 1 { on = 1; next } on && /^\.TP/ { exit } on' \
+			"$AGENTD_MAN" | tr '\n' ' ' | grep -qE "\\($d[,;)]" ||
+			fail "docs/agentd.8 does not give --$o's $d"
+	done
 fi
 "$AGENTD" --version | grep -qE '^agentd [0-9]+\.[0-9]+' || fail "--version"
 

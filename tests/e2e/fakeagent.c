@@ -27,6 +27,10 @@
  *                 -0.0, text with a NUL, invalid UTF-8, ...) and column names that
  *                 clash ("v", "V", "node", "", "v_2", "w")
  *       stall     HELLO, takes the query, never answers (until the client closes)
+ *       relaynew  a relay for the peers leaf1.invalid .. leaf3.invalid, which it ends
+ *                 with the outcomes PROTOCOL.md names (columns, protocol, agent)
+ *       relayold  the same with the words older agents sent (columns differ,
+ *                 protocol error, agent error)
  * One connection at a time, forever; the test kills it.
  */
 #include <arpa/inet.h>
@@ -137,6 +141,36 @@ static void put_specials(struct wire_buf *b)
 	wire_rows_finish(&w);
 }
 
+/* "127.0.0.1:PORT": how the client names us, for our own END as a relay. */
+static char self[32];
+
+/* Ends our own node and three leaves the way a relay does (PROTOCOL.md "Relay"). */
+static void put_relay(struct wire_buf *b, int old)
+{
+	static const char *const cols[] = { "node", "a", "b" };
+	struct wire_end e = { .id = 1, .status = WIRE_OK, .node = self, .outcome = "ok" };
+
+	wire_put_columns(b, 3, cols);
+	wire_put_end(b, &e);
+	e.status = WIRE_E_PEER;
+	e.node = "leaf1.invalid";
+	e.outcome = old ? "columns differ" : "columns";
+	e.message = "column 2 is 'x' where the first node has 'b': not merged";
+	wire_put_end(b, &e);
+	/* nothing more to say than the outcome (a relay's last resort) */
+	e.node = "leaf2.invalid";
+	e.outcome = old ? "protocol error" : "protocol";
+	e.message = e.outcome;
+	wire_put_end(b, &e);
+	e.node = "leaf3.invalid";
+	e.outcome = old ? "agent error" : "agent";
+	e.message = "outside the relay's --relay-peer list: not dialled";
+	wire_put_end(b, &e);
+	e = (struct wire_end){ .id = 1, .status = WIRE_E_PEER,
+			       .message = "3 of 4 nodes did not answer fully" };
+	wire_put_end(b, &e);
+}
+
 static void serve(int fd, const char *mode)
 {
 	static const char *const cols[] = { "a", "b" };
@@ -185,6 +219,11 @@ static void serve(int fd, const char *mode)
 		while (read(fd, &c, 1) > 0)
 			;
 		goto out;
+	}
+	if (!strncmp(mode, "relay", 5)) {
+		put_relay(&b, !strcmp(mode, "relayold"));
+		write_all(fd, b.data, b.len);
+		goto drain;
 	}
 	if (!strcmp(mode, "busy")) {
 		e.rows = 0;
@@ -312,6 +351,7 @@ int main(int argc, char **argv)
 		perror("fq-fakeagent");
 		return 1;
 	}
+	snprintf(self, sizeof(self), "127.0.0.1:%d", ntohs(sa.sin_port));
 	f = fopen(argv[2], "w");
 	if (!f || fprintf(f, "%d\n", ntohs(sa.sin_port)) < 0 || fclose(f)) {
 		perror(argv[2]);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer harness for the host list parsers (fanout/hostlist.h). The input
+ * libFuzzer harness for the host list parsers (base/hostlist.h). The input
  * is used three ways: up to its first NUL as one expression for
  * hostlist_push(); whole, as a hosts file for hostlist_read_file() (through a
  * memfd, so no file is left behind); and every host that comes out goes

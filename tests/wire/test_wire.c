@@ -1143,9 +1143,33 @@ static void test_buf(void)
 	wire_buf_release(&b); /* twice is harmless */
 }
 
+/* END's outcome names are PROTOCOL.md's; an older agent's display names still parse. */
+static void test_outcomes(void)
+{
+	static const char *const doc[] = { "ok",      "truncated", "timeout", "unreachable",
+					   "tls",     "sql error", "protocol", "columns",
+					   "partial", "agent" };
+
+	for (size_t i = 0; i < sizeof(doc) / sizeof(doc[0]); i++) {
+		int o = wire_outcome_parse(doc[i]);
+
+		CHECK(o > WIRE_OUT_PENDING);
+		CHECK_STR(wire_outcome_name(o), doc[i]);
+	}
+	CHECK_EQ(wire_outcome_parse("protocol error"), WIRE_OUT_PROTOCOL);
+	CHECK_EQ(wire_outcome_parse("columns differ"), WIRE_OUT_COLUMNS);
+	CHECK_EQ(wire_outcome_parse("agent error"), WIRE_OUT_AGENT);
+	CHECK_EQ(wire_outcome_parse("busy"), WIRE_OUT_BUSY);
+	CHECK_EQ(wire_outcome_parse("pending"), -1);
+	CHECK_EQ(wire_outcome_parse("bogus"), -1);
+	CHECK_STR(wire_outcome_name(WIRE_NOUTCOMES), "?");
+	CHECK_STR(wire_outcome_name(-1), "?");
+}
+
 int main(void)
 {
 	test_buf();
+	test_outcomes();
 	test_hello();
 	test_hello_gpu();
 	test_query();

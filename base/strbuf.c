@@ -179,19 +179,6 @@ char *sb_detach(struct strbuf *b)
 	return s;
 }
 
-int fq_fail(char **cause, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!cause)
-		return err;
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-	return err;
-}
-
 void sb_printable(struct strbuf *b, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";

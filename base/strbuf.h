@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "cause.h"
+
 struct strbuf {
 	char *s; /* NUL-terminated once anything was added */
 	size_t len, cap;
@@ -36,12 +38,6 @@ void sb_printable(struct strbuf *b, const char *s, size_t n);
 char *fq_printable(const char *s);
 /* Returns the malloc'd text (never NULL unless oom) and empties b. */
 char *sb_detach(struct strbuf *b);
-
-/*
- * The error path of the fan-out code: *cause = the formatted message (NULL when it
- * cannot be allocated; nothing when cause is NULL), returns err.
- */
-int fq_fail(char **cause, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static inline void sb_puts(struct strbuf *b, const char *s)
 {

@@ -26,6 +26,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "clock.h"
 #include "hostlist.h"
 #include "session.h"
 #include "tlsfiles.h"
@@ -71,15 +72,14 @@ struct node {
 	size_t first, count;	       /* the hosts this connection answers for */
 	size_t last_leaf;	       /* cache for the row -> host lookup */
 	size_t off;		       /* 1 when rows carry a leading node column */
+	int end_status;		       /* the END's status, for the sink */
 };
 
-/* One host: what reached the merge (or the sink) for it. */
+/* One host: what reached the sink for it. */
 struct leaf {
 	int64_t rows;
 	int done;
-	int has_cols; /* sent COLUMNS (through its relay too) */
-	int deferred; /* done before the column sets were settled: keep is its wish */
-	int keep;
+	size_t conn; /* the connection that answers for it */
 };
 
 struct fanout {
@@ -100,10 +100,7 @@ struct fanout {
 	size_t nh;			/* hosts */
 	struct leaf *leaves;
 	struct fanout_node_info *infos;
-	struct merge *m;
-	/* rows in hostlist order: p->direct, or the merge's (fanout_run() owns it) */
-	struct direct *dq;
-	struct coverage *cov;
+	const struct fanout_sink *sink;
 	struct wire_value *vals;
 	size_t vals_cap;
 	struct wire_buf out;
@@ -111,40 +108,11 @@ struct fanout {
 	int64_t start_ms;
 	int64_t rows_total;
 	int64_t bytes_total; /* ROWS frame bytes accepted, against p->max_bytes */
-	/*
-	 * Nodes may answer with different columns (two versions of the trace
-	 * schema, a hostile node): the set most hosts answered with wins, ties to
-	 * the one whose first host comes first in the hostlist, whoever was
-	 * fastest. Until more than half of the hosts sent one set, or every host
-	 * has sent its columns or ended, rows wait (the direct queue holds them)
-	 * and nothing prints.
-	 */
-	size_t unsettled; /* hosts with neither COLUMNS nor an end yet */
-	int settled;
-	int winner; /* the winning column set (merge_set_of()), or -1 */
-	/* Hosts per column set: past half of all hosts a set has won already. */
-	size_t set_hosts[MERGE_SETS_MAX];
 	char *fatal; /* a local failure that stops the fan-out */
 };
 
 /* The progress line names the hosts in flight when there are at most this many. */
 #define PROGRESS_NAMED 16
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t realtime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static struct timeval ms_tv(int64_t ms)
 {
@@ -267,6 +235,8 @@ struct fanout *fanout_new(const struct fanout_params *p, char **cause)
 		n->info = &fo->infos[n->first];
 		n->name = p->hosts[n->first];
 		n->fd = -1;
+		for (size_t h = n->first; h < n->first + n->count; h++)
+			fo->leaves[h].conn = i;
 		err = hostlist_split(n->name, p->port, &n->host, &n->port);
 		if (err)
 			goto fail;
@@ -390,10 +360,23 @@ static void set_fatal(struct fanout *fo, char *cause)
 	event_base_loopbreak(fo->base);
 }
 
-static void maybe_settle(struct fanout *fo);
+/* An outcome in the sink's words. */
+static const char *oname(const struct fanout *fo, int outcome)
+{
+	return fo->sink->outcome_name ? fo->sink->outcome_name(outcome)
+				      : wire_outcome_name(outcome);
+}
 
-/* Records host h's outcome, once. */
-static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *msg)
+static void step(struct fanout *fo)
+{
+	char *cause = NULL;
+
+	if (fo->sink->step && fo->sink->step(fo->sink->ctx, &cause))
+		set_fatal(fo, cause);
+}
+
+/* Hands host h's outcome to the sink, once. */
+static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *msg, int status)
 {
 	struct leaf *l = &fo->leaves[h];
 	char *cause = NULL;
@@ -401,36 +384,10 @@ static void leaf_finish(struct fanout *fo, size_t h, int outcome, const char *ms
 	if (l->done)
 		return;
 	l->done = 1;
-	if (fo->p->sink) {
-		if (fo->p->sink->done(fo->p->sink->ctx, h, outcome, l->rows, msg, &cause))
-			set_fatal(fo, cause);
-		return;
-	}
-	/* Only a node that ended cleanly keeps its rows: anything else would
-	 * pass a partial answer off as complete; and only one of the winning
-	 * column set (settle()). */
-	if (fo->dq && !fo->settled) {
-		l->deferred = 1;
-		l->keep = outcome == FQ_OK || outcome == FQ_TRUNCATED;
-	} else if (fo->dq && direct_done(fo->dq, h,
-					 (outcome == FQ_OK || outcome == FQ_TRUNCATED) &&
-						 merge_set_of(fo->m, h) == fo->winner)) {
-		set_fatal(fo, NULL);
-	}
-	if (!fo->settled && !l->has_cols)
-		fo->unsettled--;
-	/* The merge's writer failed (an insert): stop now, not at the deadline. */
-	if (fo->dq && fo->dq != fo->p->direct && !fo->fatal && direct_failed(fo->dq)) {
-		int e = direct_drain(fo->dq, &cause);
-
-		if (!cause && asprintf(&cause, "merge database: %s", strerror(-e)) < 0)
-			cause = NULL;
-		set_fatal(fo, cause);
-		cause = NULL;
-	}
-	if (outcome != FQ_OK && outcome != FQ_TRUNCATED)
+	if (outcome != WIRE_OUT_OK && outcome != WIRE_OUT_TRUNCATED)
 		fo->rows_total -= l->rows;
-	coverage_set(fo->cov, h, outcome, l->rows, msg);
+	if (fo->sink->done(fo->sink->ctx, h, outcome, l->rows, msg, status, &cause))
+		set_fatal(fo, cause);
 }
 
 /*
@@ -454,21 +411,21 @@ static void node_finish(struct node *n, int outcome, const char *fmt, ...)
 			msg = NULL;
 		va_end(ap);
 	}
-	leaf_finish(fo, n->first, outcome, msg);
+	leaf_finish(fo, n->first, outcome, msg, n->end_status);
 	if (n->count > 1 && asprintf(&via, "via relay %s: %s", n->name, msg ? msg : "failed") < 0)
 		via = NULL;
 	for (size_t h = n->first + 1; h < n->first + n->count; h++)
-		leaf_finish(fo, h, outcome, via);
+		leaf_finish(fo, h, outcome, via, 0);
 	free(via);
 	free(msg);
 	if (n->state != N_IDLE)
 		fo->inflight--;
 	/* After END the session ended well: say goodbye with close_notify. */
-	if (n->ssl && (outcome == FQ_OK || outcome == FQ_TRUNCATED || outcome == FQ_SQL))
+	if (n->ssl && (outcome == WIRE_OUT_OK || outcome == WIRE_OUT_TRUNCATED || outcome == WIRE_OUT_SQL))
 		SSL_shutdown(n->ssl);
 	n->state = N_DONE;
 	node_release(n);
-	maybe_settle(fo);
+	step(fo);
 	fo->done++;
 	if (fo->done == fo->n)
 		event_base_loopexit(fo->base, NULL);
@@ -496,7 +453,7 @@ static void start_session(struct node *n)
 	setsockopt(n->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	/* The agent builds its HELLO after our ClientHello: a bound for the clock sample. */
 	if (!fo->p->insecure)
-		n->t_lo = realtime_ns();
+		n->t_lo = clock_ns(CLOCK_REALTIME);
 	if (fo->p->insecure) {
 		n->bev = bufferevent_socket_new(fo->base, n->fd, BEV_OPT_CLOSE_ON_FREE);
 		n->state = N_HELLO;
@@ -505,7 +462,7 @@ static void start_session(struct node *n)
 
 		n->ssl = SSL_new(fo->ctx);
 		if (!n->ssl) {
-			node_finish(n, FQ_TLS, "cannot create TLS session: %s", ssl_reason());
+			node_finish(n, WIRE_OUT_TLS, "cannot create TLS session: %s", ssl_reason());
 			return;
 		}
 		/* Resume the last session with this host and port when there is one:
@@ -529,7 +486,7 @@ static void start_session(struct node *n)
 	}
 	if (!n->bev) {
 		n->ssl = NULL;
-		node_finish(n, FQ_UNREACHABLE, "cannot set up the connection");
+		node_finish(n, WIRE_OUT_UNREACHABLE, "cannot set up the connection");
 		return;
 	}
 	bufferevent_setcb(n->bev, read_cb, NULL, event_cb, n);
@@ -569,7 +526,7 @@ static void try_connect(struct node *n)
 			continue;
 		}
 		/* A plaintext agent sends HELLO once it accepts: after this. */
-		n->t_lo = realtime_ns();
+		n->t_lo = clock_ns(CLOCK_REALTIME);
 		if (connect(n->fd, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS) {
 			event_assign(&n->ev_connect, fo->base, n->fd, EV_WRITE, connect_cb, n);
 			event_add(&n->ev_connect, NULL);
@@ -581,7 +538,7 @@ static void try_connect(struct node *n)
 		close(n->fd);
 		n->fd = -1;
 	}
-	node_finish(n, FQ_UNREACHABLE, "%s", n->last_error ? n->last_error : "no address");
+	node_finish(n, WIRE_OUT_UNREACHABLE, "%s", n->last_error ? n->last_error : "no address");
 }
 
 static void dns_cb(int result, struct evutil_addrinfo *res, void *arg)
@@ -592,7 +549,7 @@ static void dns_cb(int result, struct evutil_addrinfo *res, void *arg)
 		return;
 	n->dns = NULL;
 	if (result) {
-		node_finish(n, FQ_UNREACHABLE, "cannot resolve '%s': %s", n->host,
+		node_finish(n, WIRE_OUT_UNREACHABLE, "cannot resolve '%s': %s", n->host,
 			    evutil_gai_strerror(result));
 		return;
 	}
@@ -608,17 +565,17 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 	n->timer_set = 0;
 	switch (n->state) {
 	case N_RESOLVING:
-		node_finish(n, FQ_UNREACHABLE, "cannot resolve '%s' within %gs", n->host, secs);
+		node_finish(n, WIRE_OUT_UNREACHABLE, "cannot resolve '%s' within %gs", n->host, secs);
 		break;
 	case N_CONNECTING:
-		node_finish(n, FQ_UNREACHABLE, "connect timed out after %gs", secs);
+		node_finish(n, WIRE_OUT_UNREACHABLE, "connect timed out after %gs", secs);
 		break;
 	case N_HANDSHAKE:
-		node_finish(n, FQ_TIMEOUT, "TLS handshake not done within %gs", secs);
+		node_finish(n, WIRE_OUT_TIMEOUT, "TLS handshake not done within %gs", secs);
 		break;
 	default:
 		/* A TLS agent waits for our ClientHello as we wait for its HELLO. */
-		node_finish(n, FQ_TIMEOUT,
+		node_finish(n, WIRE_OUT_TIMEOUT,
 			    n->fo->p->insecure ? "no HELLO within %gs (does the agent serve TLS? "
 						 "then drop --insecure)"
 					       : "no HELLO within %gs",
@@ -687,7 +644,7 @@ static void clock_sample(struct node *n, int64_t t1, int64_t t2, int64_t t3)
 static void send_ping(struct node *n)
 {
 	struct fanout *fo = n->fo;
-	struct wire_ping ping = { .t1_ns = realtime_ns() };
+	struct wire_ping ping = { .t1_ns = clock_ns(CLOCK_REALTIME) };
 
 	wire_buf_reset(&fo->out);
 	if (wire_put_ping(&fo->out, WIRE_PING, &ping)) {
@@ -703,7 +660,7 @@ static void send_query(struct node *n)
 {
 	struct fanout *fo = n->fo;
 	const struct fanout_params *p = fo->p;
-	int64_t left = fo->start_ms + p->timeout_ms - now_ms();
+	int64_t left = fo->start_ms + p->timeout_ms - clock_ns(CLOCK_MONOTONIC) / 1000000;
 	struct wire_query q = {
 		.id = n->idx + 1,
 		.sql = p->sql,
@@ -749,7 +706,7 @@ static void session_next(struct node *n)
 	else if (n->fo->p->sql)
 		send_query(n);
 	else
-		node_finish(n, FQ_OK, NULL);
+		node_finish(n, WIRE_OUT_OK, NULL);
 }
 
 static char *dup_or_null(const char *s)
@@ -771,7 +728,7 @@ static void on_hello(struct node *n, const struct wire_hello *h)
 	in->ring_drops = h->ring_drops;
 	in->store_lag_ns = h->store_lag_ns;
 	if (h->realtime_ns)
-		clock_sample(n, n->t_lo, h->realtime_ns, realtime_ns());
+		clock_sample(n, n->t_lo, h->realtime_ns, clock_ns(CLOCK_REALTIME));
 }
 
 static void on_error_frame(struct node *n, const struct wire_error *e)
@@ -780,17 +737,17 @@ static void on_error_frame(struct node *n, const struct wire_error *e)
 
 	switch (e->code) {
 	case WIRE_E_AUTH:
-		node_finish(n, FQ_TLS, "agent refused our certificate: %s", msg);
+		node_finish(n, WIRE_OUT_TLS, "agent refused our certificate: %s", msg);
 		break;
 	case WIRE_E_PROTO:
 	case WIRE_E_VERSION:
-		node_finish(n, FQ_PROTOCOL, "agent: %s", msg);
+		node_finish(n, WIRE_OUT_PROTOCOL, "agent: %s", msg);
 		break;
 	case WIRE_E_BUSY:
-		node_finish(n, FQ_BUSY, "%s", msg);
+		node_finish(n, WIRE_OUT_BUSY, "%s", msg);
 		break;
 	default:
-		node_finish(n, FQ_AGENT, "%s: %s", wire_status_name((int)e->code), msg);
+		node_finish(n, WIRE_OUT_AGENT, "%s: %s", wire_status_name((int)e->code), msg);
 	}
 }
 
@@ -814,46 +771,47 @@ static size_t find_leaf(struct node *n, const char *name, size_t len)
  */
 static int64_t user_max_rows(const struct fanout *fo)
 {
-	return fo->p->sink ? 0 : fo->p->max_rows;
+	return fo->p->relay ? 0 : fo->p->max_rows;
 }
 
 /* An END's status as an outcome, with the one-line reason in *msg (malloc'd). */
-static int end_outcome(const struct wire_end *e, int64_t rows, int64_t max_rows, char **why)
+static int end_outcome(const struct fanout *fo, const struct wire_end *e, int64_t rows,
+		       int64_t max_rows, char **why)
 {
 	const char *msg = e->message ? e->message : wire_status_name((int)e->status);
 	const char *sname = wire_status_name((int)e->status);
 	size_t sl = strlen(sname);
-	int outcome = FQ_OK, r = 0;
+	int outcome = WIRE_OUT_OK, r = 0;
 
 	*why = NULL;
 	/* A relay tells the outcome it saw for the leaf: keep it as it is. */
 	if (e->node && e->outcome) {
-		outcome = -1;
-		for (int o = FQ_OK; o < FQ_NOUTCOMES; o++)
-			if (!strcmp(outcome_name(o), e->outcome))
-				outcome = o;
+		outcome = wire_outcome_parse(e->outcome);
 		/* A name we do not know is no "ok". */
 		if (outcome < 0) {
-			outcome = FQ_AGENT;
+			outcome = WIRE_OUT_AGENT;
 			msg = e->outcome;
 		}
-		if (outcome != FQ_OK && e->message) {
+		if (outcome != WIRE_OUT_OK && e->message) {
 			size_t ol = strlen(e->outcome);
 
 			/* "sql error: sql error: ...": the outcome names it already. */
 			if (!strncmp(msg, e->outcome, ol) && msg[ol] == ':' && msg[ol + 1] == ' ' &&
 			    msg[ol + 2])
 				msg += ol + 2;
+			/* Nothing more to say than the outcome: in the sink's words. */
+			if (msg != e->outcome && !strcmp(msg, e->outcome))
+				msg = oname(fo, outcome);
 			*why = strdup(msg);
 		}
-		if (outcome == FQ_TRUNCATED && max_rows > 0 && rows == max_rows &&
+		if (outcome == WIRE_OUT_TRUNCATED && max_rows > 0 && rows == max_rows &&
 		    e->status == WIRE_E_ROWS) {
-			outcome = FQ_OK;
+			outcome = WIRE_OUT_OK;
 			free(*why);
 			*why = NULL;
 		}
-		if (outcome == FQ_OK && e->rows != rows) {
-			outcome = FQ_PROTOCOL;
+		if (outcome == WIRE_OUT_OK && e->rows != rows) {
+			outcome = WIRE_OUT_PROTOCOL;
 			r = asprintf(why, "END counts %" PRId64 " rows, %" PRId64 " arrived",
 				     e->rows, rows);
 		}
@@ -864,21 +822,21 @@ static int end_outcome(const struct wire_end *e, int64_t rows, int64_t max_rows,
 		msg += sl + 2;
 	if (max_rows > 0 && rows == max_rows && e->status == WIRE_E_ROWS) {
 		/* The user's own --max-rows: what was asked for, not a node failing. */
-		outcome = FQ_OK;
+		outcome = WIRE_OUT_OK;
 	} else if (e->truncated || e->status == WIRE_E_ROWS || e->status == WIRE_E_BYTES) {
-		outcome = FQ_TRUNCATED;
+		outcome = WIRE_OUT_TRUNCATED;
 		r = asprintf(why, "%s, %" PRId64 " rows kept", msg, rows);
 	} else if (e->status == WIRE_E_PEER) {
-		outcome = FQ_UNREACHABLE;
+		outcome = WIRE_OUT_UNREACHABLE;
 		r = asprintf(why, "%s", msg);
 	} else if (e->status == WIRE_E_BUSY) {
-		outcome = FQ_BUSY;
+		outcome = WIRE_OUT_BUSY;
 		r = asprintf(why, "%s", msg);
 	} else if (e->status != WIRE_OK) {
-		outcome = FQ_SQL;
+		outcome = WIRE_OUT_SQL;
 		r = asprintf(why, "%s", msg);
 	} else if (e->rows != rows) {
-		outcome = FQ_PROTOCOL;
+		outcome = WIRE_OUT_PROTOCOL;
 		r = asprintf(why, "END counts %" PRId64 " rows, %" PRId64 " arrived", e->rows,
 			     rows);
 	}
@@ -892,14 +850,13 @@ static void on_end(struct node *n, const struct wire_end *e)
 {
 	struct fanout *fo = n->fo;
 	char *why = NULL;
-	size_t first;
 	int outcome;
 
 	if (e->node && n->count > 1) {
 		size_t h = find_leaf(n, e->node, strlen(e->node));
 
 		if (h == SIZE_MAX) {
-			node_finish(n, FQ_PROTOCOL, "relay sent END for unknown node '%s'",
+			node_finish(n, WIRE_OUT_PROTOCOL, "relay sent END for unknown node '%s'",
 				    e->node);
 			return;
 		}
@@ -909,23 +866,21 @@ static void on_end(struct node *n, const struct wire_end *e)
 			fo->infos[h].offset_ns = n->info->offset_ns + e->offset_ns;
 			fo->infos[h].rtt_ns = n->info->rtt_ns + e->rtt_ns;
 		}
-		outcome = end_outcome(e, fo->leaves[h].rows, user_max_rows(fo), &why);
+		outcome = end_outcome(fo, e, fo->leaves[h].rows, user_max_rows(fo), &why);
 		/* A leaf the relay could not reach: say which relay (each hop adds its own). */
-		if (h != n->first && (outcome == FQ_UNREACHABLE || outcome == FQ_TLS ||
-				      outcome == FQ_TIMEOUT || outcome == FQ_PARTIAL ||
-				      outcome == FQ_PROTOCOL)) {
+		if (h != n->first && (outcome == WIRE_OUT_UNREACHABLE || outcome == WIRE_OUT_TLS ||
+				      outcome == WIRE_OUT_TIMEOUT || outcome == WIRE_OUT_PARTIAL ||
+				      outcome == WIRE_OUT_PROTOCOL)) {
 			char *via = NULL;
 
 			if (asprintf(&via, "relay %s: %s", n->name,
-				     why ? why : outcome_name(outcome)) >= 0) {
+				     why ? why : oname(fo, outcome)) >= 0) {
 				free(why);
 				why = via;
 			}
 		}
-		leaf_finish(fo, h, outcome, why);
-		maybe_settle(fo);
-		if (!fo->p->sink && fo->cov)
-			coverage_set_status(fo->cov, h, (int)e->status);
+		leaf_finish(fo, h, outcome, why, (int)e->status);
+		step(fo);
 		free(why);
 		return;
 	}
@@ -935,146 +890,38 @@ static void on_end(struct node *n, const struct wire_end *e)
 			if (!fo->leaves[h].done) {
 				const char *m = e->message ? e->message : "no END for this node";
 
-				node_finish(n, e->status == WIRE_E_PROTO ? FQ_PROTOCOL : FQ_PARTIAL,
+				node_finish(n, e->status == WIRE_E_PROTO ? WIRE_OUT_PROTOCOL : WIRE_OUT_PARTIAL,
 					    "relay %s: %s", n->name, m);
 				return;
 			}
-		node_finish(n, FQ_OK, NULL);
+		node_finish(n, WIRE_OUT_OK, NULL);
 		return;
 	}
-	outcome = end_outcome(e, n->rows, user_max_rows(fo), &why);
-	first = n->first;
+	outcome = end_outcome(fo, e, n->rows, user_max_rows(fo), &why);
+	n->end_status = (int)e->status;
 	if (why)
 		node_finish(n, outcome, "%s", why);
 	else
 		node_finish(n, outcome, NULL);
-	if (!fo->p->sink && fo->cov)
-		coverage_set_status(fo->cov, first, (int)e->status);
 	free(why);
-}
-
-/* How set k differs from the winning one, for its hosts' coverage line. */
-static const char *set_differs(struct fanout *fo, int k, char *buf, size_t len)
-{
-	size_t na, nb, agree = fo->set_hosts[fo->winner], i;
-	const char *const *a = merge_set_names(fo->m, k, &na);
-	const char *const *b = merge_set_names(fo->m, fo->winner, &nb);
-
-	for (i = 0; i < na && i < nb && !strcmp(a[i], b[i]); i++)
-		;
-	if (na != nb)
-		snprintf(buf, len, "%zu columns, the %zu node%s that agree have %zu", na, agree,
-			 agree == 1 ? "" : "s", nb);
-	else
-		snprintf(buf, len, "column %zu is '%s', the %zu node%s that agree have '%s'",
-			 i + 1, i < na ? a[i] : "?", agree, agree == 1 ? "" : "s",
-			 i < nb ? b[i] : "?");
-	return buf;
-}
-
-/*
- * Every host has sent its columns or ended: the column set most hosts sent
- * wins (ties: the set of the first host in the hostlist), the others' hosts
- * are "columns differ", and the rows that waited go on.
- */
-static void settle(struct fanout *fo)
-{
-	size_t ns = merge_sets(fo->m), *count = NULL, *first = NULL;
-	char why[256];
-	int err = 0;
-
-	fo->settled = 1;
-	fo->winner = -1;
-	if (ns) {
-		count = calloc(ns, sizeof(*count));
-		first = calloc(ns, sizeof(*first));
-		if (!count || !first) {
-			free(count);
-			free(first);
-			set_fatal(fo, NULL);
-			return;
-		}
-		for (size_t h = fo->nh; h-- > 0;) {
-			int k = merge_set_of(fo->m, h);
-
-			if (k >= 0) {
-				count[k]++;
-				first[k] = h;
-			}
-		}
-		fo->winner = 0;
-		for (size_t k = 1; k < ns; k++)
-			if (count[k] > count[fo->winner] ||
-			    (count[k] == count[fo->winner] && first[k] < first[fo->winner]))
-				fo->winner = (int)k;
-		free(count);
-		free(first);
-	}
-	if (fo->dq && ns) {
-		size_t tn;
-		const char *const *tnames = merge_set_columns(fo->m, fo->winner, &tn);
-
-		err = direct_begin(fo->dq, tn, tnames);
-		if (err) {
-			set_fatal(fo, NULL);
-			return;
-		}
-	}
-	/* The losers still running stop; those that ended lose their rows. */
-	for (size_t i = 0; i < fo->n && ns > 1; i++) {
-		struct node *n = &fo->nodes[i];
-		int k = merge_set_of(fo->m, n->first);
-
-		if (n->state != N_DONE && k >= 0 && k != fo->winner)
-			node_finish(n, FQ_COLUMNS, "%s", set_differs(fo, k, why, sizeof(why)));
-	}
-	for (size_t h = 0; h < fo->nh; h++) {
-		struct leaf *l = &fo->leaves[h];
-		int k = merge_set_of(fo->m, h), o = coverage_outcome(fo->cov, h);
-
-		if (l->deferred && k != fo->winner && (o == FQ_OK || o == FQ_TRUNCATED)) {
-			coverage_set(fo->cov, h, FQ_COLUMNS, l->rows,
-				     set_differs(fo, k, why, sizeof(why)));
-			fo->rows_total -= l->rows;
-		}
-		if (l->deferred && fo->dq && direct_done(fo->dq, h, l->keep && k == fo->winner))
-			set_fatal(fo, NULL);
-		l->deferred = 0;
-	}
-}
-
-static void maybe_settle(struct fanout *fo)
-{
-	if (!fo->settled && !fo->unsettled && !fo->p->sink)
-		settle(fo);
 }
 
 static void on_columns(struct node *n, struct wire_msg *msg)
 {
 	struct fanout *fo = n->fo;
 	size_t nc = msg->u.columns.ncols;
-	char *cause = NULL, why[256];
+	char *cause = NULL;
 	const char *const *names = msg->u.columns.names;
-	int err, set = -1;
+	int err;
 
 	if (n->off && (!nc || strcmp(names[0], "node"))) {
-		node_finish(n, FQ_PROTOCOL, "relay COLUMNS do not start with 'node'");
+		node_finish(n, WIRE_OUT_PROTOCOL, "relay COLUMNS do not start with 'node'");
 		return;
 	}
-	if (fo->p->sink) {
-		err = fo->p->sink->columns(fo->p->sink->ctx, n->first, nc - n->off,
-					   names + n->off, &cause);
-	} else {
-		err = merge_columns(fo->m, n->first, n->count, nc - n->off, names + n->off, &cause);
-		set = err;
-		err = err < 0 ? err : 0;
-	}
-	if (!err && set >= 0 && fo->settled && set != fo->winner) {
-		node_finish(n, FQ_COLUMNS, "%s", set_differs(fo, set, why, sizeof(why)));
-		return;
-	}
+	err = fo->sink->columns(fo->sink->ctx, n->first, n->count, nc - n->off, names + n->off,
+				&cause);
 	if (err == -EINVAL) {
-		node_finish(n, FQ_COLUMNS, "%s", cause ? cause : "columns differ");
+		node_finish(n, WIRE_OUT_COLUMNS, "%s", cause ? cause : oname(fo, WIRE_OUT_COLUMNS));
 		free(cause);
 		return;
 	}
@@ -1094,18 +941,7 @@ static void on_columns(struct node *n, struct wire_msg *msg)
 	}
 	n->ncols = nc;
 	n->state = N_ROWS;
-	if (set >= 0)
-		fo->set_hosts[set] += n->count;
-	for (size_t h = n->first; h < n->first + n->count && !fo->settled; h++)
-		if (!fo->leaves[h].has_cols && !fo->leaves[h].done) {
-			fo->leaves[h].has_cols = 1;
-			fo->unsettled--;
-		}
-	/* More than half of all hosts agree: no other set can win, rows go on now. */
-	if (set >= 0 && !fo->settled && 2 * fo->set_hosts[set] > fo->nh)
-		settle(fo);
-	else
-		maybe_settle(fo);
+	step(fo);
 }
 
 /* frame: the frame msg was decoded from (len bytes). */
@@ -1116,7 +952,7 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 	int r;
 
 	if (msg->u.rows.nrows && msg->u.rows.ncols != n->ncols) {
-		node_finish(n, FQ_PROTOCOL, "ROWS with %zu columns, COLUMNS announced %zu",
+		node_finish(n, WIRE_OUT_PROTOCOL, "ROWS with %zu columns, COLUMNS announced %zu",
 			    msg->u.rows.ncols, n->ncols);
 		return;
 	}
@@ -1124,12 +960,12 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 	/* (a relay's connection carries the rows of n->count nodes) */
 	if (fo->p->max_bytes > 0 &&
 	    n->bytes + (int64_t)len > fo->p->max_bytes * (int64_t)n->count) {
-		node_finish(n, FQ_TRUNCATED, "fleetq's --max-bytes of %" PRId64
+		node_finish(n, WIRE_OUT_TRUNCATED, "fleetq's --max-bytes of %" PRId64
 			    " per node reached, %" PRId64 " rows kept", fo->p->max_bytes, n->rows);
 		return;
 	}
 	if (fo->p->max_bytes > 0 && fo->bytes_total + (int64_t)len > 4 * fo->p->max_bytes) {
-		node_finish(n, FQ_TRUNCATED, "fleetq's budget of %" PRId64 " bytes per run "
+		node_finish(n, WIRE_OUT_TRUNCATED, "fleetq's budget of %" PRId64 " bytes per run "
 			    "(4 x --max-bytes) reached, %" PRId64 " rows kept",
 			    4 * fo->p->max_bytes, n->rows);
 		return;
@@ -1137,16 +973,16 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 	n->bytes += (int64_t)len;
 	fo->bytes_total += (int64_t)len;
 	/* wire_decode() checked every row: one node's frame is kept whole, read when printed. */
-	if (fo->dq && !n->off) {
+	if (fo->sink->frame && !n->off) {
 		int64_t nr = (int64_t)msg->u.rows.nrows;
 
 		if (fo->p->max_rows > 0 && n->rows + nr > fo->p->max_rows) {
-			node_finish(n, FQ_PROTOCOL, "sent more rows than the %" PRId64
+			node_finish(n, WIRE_OUT_PROTOCOL, "sent more rows than the %" PRId64
 				    " asked for (--max-rows)", fo->p->max_rows);
 			return;
 		}
-		if (nr && direct_frame(fo->dq, n->first, frame, len)) {
-			set_fatal(fo, NULL);
+		if (nr && fo->sink->frame(fo->sink->ctx, n->first, frame, len, &cause)) {
+			set_fatal(fo, cause);
 			return;
 		}
 		fo->leaves[n->first].rows += nr;
@@ -1164,25 +1000,19 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 				    ? find_leaf(n, fo->vals[0].p, fo->vals[0].n)
 				    : SIZE_MAX;
 			if (h == SIZE_MAX || fo->leaves[h].done) {
-				node_finish(n, FQ_PROTOCOL,
+				node_finish(n, WIRE_OUT_PROTOCOL,
 					    "relay sent a row of an unknown or ended node");
 				return;
 			}
 		}
 		l = &fo->leaves[h];
 		if (fo->p->max_rows > 0 && l->rows >= fo->p->max_rows) {
-			node_finish(n, FQ_PROTOCOL, "%s sent more rows than the %" PRId64
+			node_finish(n, WIRE_OUT_PROTOCOL, "%s sent more rows than the %" PRId64
 				    " asked for (--max-rows)", fo->p->hosts[h], fo->p->max_rows);
 			return;
 		}
-		if (fo->p->sink)
-			err = fo->p->sink->row(fo->p->sink->ctx, h, n->ncols - n->off,
-					       fo->vals + n->off, &cause);
-		else if (fo->dq)
-			err = direct_row(fo->dq, h, n->ncols - n->off, fo->vals + n->off);
-		else
-			err = merge_row(fo->m, h, fo->p->hosts[h], l->rows, fo->vals + n->off,
-					&cause);
+		err = fo->sink->row(fo->sink->ctx, h, l->rows, n->ncols - n->off, fo->vals + n->off,
+				    &cause);
 		if (err) {
 			set_fatal(fo, cause);
 			return;
@@ -1192,7 +1022,7 @@ static void on_rows(struct node *n, struct wire_msg *msg, const void *frame, siz
 		fo->rows_total++;
 	}
 	if (r < 0)
-		node_finish(n, FQ_PROTOCOL, "malformed ROWS frame");
+		node_finish(n, WIRE_OUT_PROTOCOL, "malformed ROWS frame");
 }
 
 /* Returns 1 when the node is finished (its buffers are gone). */
@@ -1205,14 +1035,14 @@ static int on_frame(struct node *n, const void *frame, size_t len)
 	memset(&msg, 0, sizeof(msg));
 	err = wire_decode(&msg, frame, len, &cause);
 	if (err == -EPROTONOSUPPORT) {
-		node_finish(n, FQ_PROTOCOL,
+		node_finish(n, WIRE_OUT_PROTOCOL,
 			    "agent speaks protocol version %d, fleetq speaks %d: "
 			    "upgrade one of them",
 			    msg.version, WIRE_VERSION);
 		goto out;
 	}
 	if (err) {
-		node_finish(n, FQ_PROTOCOL, "bad frame: %s", cause ? cause : strerror(-err));
+		node_finish(n, WIRE_OUT_PROTOCOL, "bad frame: %s", cause ? cause : strerror(-err));
 		goto out;
 	}
 	if (msg.type == WIRE_ERROR) {
@@ -1225,12 +1055,12 @@ static int on_frame(struct node *n, const void *frame, size_t len)
 	switch (n->state) {
 	case N_HELLO:
 		if (msg.type != WIRE_HELLO) {
-			node_finish(n, FQ_PROTOCOL, "expected HELLO, got %s",
+			node_finish(n, WIRE_OUT_PROTOCOL, "expected HELLO, got %s",
 				    wire_type_name(msg.type));
 			break;
 		}
 		if (msg.u.hello.proto_min > WIRE_VERSION || msg.u.hello.proto_max < WIRE_VERSION) {
-			node_finish(n, FQ_PROTOCOL,
+			node_finish(n, WIRE_OUT_PROTOCOL,
 				    "agent speaks protocol versions %" PRId64 "-%" PRId64
 				    ", fleetq speaks %d: upgrade one of them",
 				    msg.u.hello.proto_min, msg.u.hello.proto_max, WIRE_VERSION);
@@ -1246,11 +1076,11 @@ static int on_frame(struct node *n, const void *frame, size_t len)
 		break;
 	case N_PING:
 		if (msg.type != WIRE_PONG) {
-			node_finish(n, FQ_PROTOCOL, "expected PONG, got %s",
+			node_finish(n, WIRE_OUT_PROTOCOL, "expected PONG, got %s",
 				    wire_type_name(msg.type));
 			break;
 		}
-		clock_sample(n, msg.u.ping.t1_ns, msg.u.ping.t2_ns, realtime_ns());
+		clock_sample(n, msg.u.ping.t1_ns, msg.u.ping.t2_ns, clock_ns(CLOCK_REALTIME));
 		session_next(n);
 		break;
 	case N_COLUMNS:
@@ -1259,7 +1089,7 @@ static int on_frame(struct node *n, const void *frame, size_t len)
 		else if (msg.type == WIRE_END)
 			on_end(n, &msg.u.end);
 		else if (msg.type != WIRE_PONG)
-			node_finish(n, FQ_PROTOCOL, "expected COLUMNS, got %s",
+			node_finish(n, WIRE_OUT_PROTOCOL, "expected COLUMNS, got %s",
 				    wire_type_name(msg.type));
 		break;
 	case N_ROWS:
@@ -1268,11 +1098,11 @@ static int on_frame(struct node *n, const void *frame, size_t len)
 		else if (msg.type == WIRE_END)
 			on_end(n, &msg.u.end);
 		else if (msg.type != WIRE_PONG)
-			node_finish(n, FQ_PROTOCOL, "expected ROWS or END, got %s",
+			node_finish(n, WIRE_OUT_PROTOCOL, "expected ROWS or END, got %s",
 				    wire_type_name(msg.type));
 		break;
 	default:
-		node_finish(n, FQ_PROTOCOL, "unexpected %s", wire_type_name(msg.type));
+		node_finish(n, WIRE_OUT_PROTOCOL, "unexpected %s", wire_type_name(msg.type));
 	}
 out:
 	wire_msg_release(&msg);
@@ -1296,7 +1126,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
 		evbuffer_copyout(in, hdr, WIRE_HDR_LEN);
 		plen = (uint32_t)hdr[0] << 24 | hdr[1] << 16 | hdr[2] << 8 | hdr[3];
 		if (plen > WIRE_FRAME_MAX) {
-			node_finish(n, FQ_PROTOCOL,
+			node_finish(n, WIRE_OUT_PROTOCOL,
 				    "frame of %" PRIu32 " bytes exceeds the %u limit", plen,
 				    WIRE_FRAME_MAX);
 			return;
@@ -1316,7 +1146,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
 }
 
 /* Why a TLS connection failed, in words. */
-static void tls_error(struct node *n, char *buf, size_t len)
+static void tls_why(struct node *n, char *buf, size_t len)
 {
 	unsigned long e = 0, x;
 	long vr;
@@ -1359,27 +1189,27 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 				 ? strerror(EVUTIL_SOCKET_ERROR())
 				 : "connection closed");
 	} else {
-		tls_error(n, why, sizeof(why));
+		tls_why(n, why, sizeof(why));
 	}
 	switch (n->state) {
 	case N_HANDSHAKE:
-		node_finish(n, FQ_TLS, "handshake failed: %s", why);
+		node_finish(n, WIRE_OUT_TLS, "handshake failed: %s", why);
 		break;
 	case N_HELLO:
 		/* Under TLS 1.3 a refused client finishes its handshake; the
 		 * refusal shows up as a close before HELLO. */
 		if (n->fo->p->insecure)
-			node_finish(n, FQ_PROTOCOL, "closed before HELLO: %s", why);
+			node_finish(n, WIRE_OUT_PROTOCOL, "closed before HELLO: %s", why);
 		else
-			node_finish(n, FQ_TLS,
+			node_finish(n, WIRE_OUT_TLS,
 				    "closed before HELLO (agent refused our certificate?): %s",
 				    why);
 		break;
 	case N_PING:
-		node_finish(n, FQ_PARTIAL, "connection lost while sampling the clock: %s", why);
+		node_finish(n, WIRE_OUT_PARTIAL, "connection lost while sampling the clock: %s", why);
 		break;
 	default:
-		node_finish(n, FQ_PARTIAL,
+		node_finish(n, WIRE_OUT_PARTIAL,
 			    "connection lost after %" PRId64 " rows, rows dropped: %s", n->rows,
 			    why);
 	}
@@ -1397,7 +1227,7 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 		case N_DONE:
 			break;
 		case N_IDLE:
-			node_finish(n, FQ_TIMEOUT,
+			node_finish(n, WIRE_OUT_TIMEOUT,
 				    "not contacted within %gs: raise --timeout or "
 				    "--fanout",
 				    secs);
@@ -1406,13 +1236,13 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 		case N_CONNECTING:
 		case N_HANDSHAKE:
 		case N_HELLO:
-			node_finish(n, FQ_TIMEOUT, "not connected within %gs", secs);
+			node_finish(n, WIRE_OUT_TIMEOUT, "not connected within %gs", secs);
 			break;
 		case N_PING:
-			node_finish(n, FQ_TIMEOUT, "no PONG within %gs", secs);
+			node_finish(n, WIRE_OUT_TIMEOUT, "no PONG within %gs", secs);
 			break;
 		default:
-			node_finish(n, FQ_TIMEOUT, "no END within %gs%s", secs,
+			node_finish(n, WIRE_OUT_TIMEOUT, "no END within %gs%s", secs,
 				    n->rows ? ", rows dropped" : "");
 		}
 	}
@@ -1461,7 +1291,7 @@ static void interrupt_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct fanout *fo = arg;
 	struct timeval tv = ms_tv(100);
-	double secs = (double)(now_ms() - fo->start_ms) / 1000;
+	double secs = (double)(clock_ns(CLOCK_MONOTONIC) / 1000000 - fo->start_ms) / 1000;
 
 	if (!*fo->p->interrupt) {
 		evtimer_add(&fo->ev_interrupt, &tv);
@@ -1471,7 +1301,7 @@ static void interrupt_cb(evutil_socket_t fd, short what, void *arg)
 		struct node *n = &fo->nodes[i];
 
 		if (n->state != N_DONE)
-			node_finish(n, FQ_INTERRUPTED, "interrupted after %.1fs%s", secs,
+			node_finish(n, WIRE_OUT_INTERRUPTED, "interrupted after %.1fs%s", secs,
 				    n->rows ? ", rows dropped" : "");
 	}
 	event_base_loopexit(fo->base, NULL);
@@ -1490,15 +1320,14 @@ static void cancel_cb(evutil_socket_t fd, short what, void *arg)
 	evtimer_add(&fo->ev_cancel, &tv);
 }
 
-int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **cause)
+int fanout_run(struct fanout *fo, const struct fanout_sink *sink, char **cause)
 {
 	struct timeval tv;
 	int err = 0;
 
 	*cause = NULL;
-	fo->m = m;
-	fo->cov = cov;
-	fo->start_ms = now_ms();
+	fo->sink = sink;
+	fo->start_ms = clock_ns(CLOCK_MONOTONIC) / 1000000;
 	fo->base = event_base_new();
 	if (!fo->base)
 		return fq_fail(cause, -ENOMEM, "cannot create event loop");
@@ -1509,21 +1338,6 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	if (!fo->dns) {
 		err = fq_fail(cause, -ENOMEM, "cannot set up the DNS resolver");
 		goto out;
-	}
-	fo->settled = !fo->p->sql || fo->p->sink;
-	fo->unsettled = fo->settled ? 0 : fo->nh;
-	fo->winner = fo->settled ? 0 : -1;
-	if (!fo->p->sink && merge_hosts(m, fo->nh)) {
-		err = fq_fail(cause, -ENOMEM, "out of memory");
-		goto out;
-	}
-	fo->dq = fo->p->direct;
-	if (!fo->dq && !fo->p->sink) {
-		fo->dq = direct_new_merge(m, fo->nh, fo->p->hosts, DIRECT_HELD_MAX);
-		if (!fo->dq) {
-			err = fq_fail(cause, -ENOMEM, "out of memory");
-			goto out;
-		}
 	}
 	evtimer_assign(&fo->ev_deadline, fo->base, deadline_cb, fo);
 	tv = ms_tv(fo->p->timeout_ms);
@@ -1550,24 +1364,11 @@ int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **
 	}
 	if (fo->progress_shown)
 		fprintf(stderr, "\r\033[K");
-	/* (every host has ended by now, unless the run stopped short) */
-	if (!fo->fatal && !fo->settled && !fo->p->sink)
-		settle(fo);
 	if (fo->fatal) {
 		err = fo->cancelled ? -ECANCELED : -EIO;
 		*cause = fo->fatal;
 		fo->fatal = NULL;
 	}
-	if (!err && fo->dq && fo->dq != fo->p->direct)
-		err = direct_drain(fo->dq, cause);
-	if (!err && !fo->p->sink && fo->winner >= 0)
-		err = merge_choose(m, fo->winner, cause);
-	if (!err && !fo->p->sink)
-		err = merge_finish(m, cause);
-	for (size_t i = 0; i < fo->nh && !err && !fo->p->sink; i++)
-		if (fo->infos[i].samples)
-			err = merge_clock(m, fo->p->hosts[i], fo->infos[i].offset_ns,
-					  fo->infos[i].rtt_ns, fo->infos[i].samples, cause);
 out:
 	for (size_t i = 0; i < fo->n; i++)
 		node_release(&fo->nodes[i]);
@@ -1579,9 +1380,6 @@ out:
 	event_del(&fo->ev_progress);
 	event_del(&fo->ev_cancel);
 	event_del(&fo->ev_interrupt);
-	if (fo->dq != fo->p->direct)
-		direct_free(fo->dq);
-	fo->dq = NULL;
 	if (fo->dns)
 		evdns_base_free(fo->dns, 1);
 	fo->dns = NULL;
@@ -1593,4 +1391,17 @@ out:
 const struct fanout_node_info *fanout_node_info(const struct fanout *fo, size_t i)
 {
 	return &fo->infos[i];
+}
+
+void fanout_stop(struct fanout *fo, size_t h, int outcome, const char *msg)
+{
+	struct node *n = &fo->nodes[fo->leaves[h].conn];
+
+	if (n->state != N_DONE)
+		node_finish(n, outcome, "%s", msg);
+}
+
+void fanout_forget_rows(struct fanout *fo, size_t h)
+{
+	fo->rows_total -= fo->leaves[h].rows;
 }

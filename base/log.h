@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * agentd's log: one line per event, on stderr or the --log file. Lines are
- * written with a single write(2) so worker threads never interleave.
+ * The daemon's log: one line per event, on stderr or the --log file, from
+ * every part of it (server, queries, store, tracer), so that --log and its
+ * reopen on SIGHUP hold for all. Lines are written with a single write(2) so
+ * worker threads never interleave.
  */
-#ifndef FLEETQ_AGENTD_LOG_H
-#define FLEETQ_AGENTD_LOG_H
+#ifndef FLEETQ_LOG_H
+#define FLEETQ_LOG_H
 
 #include <stddef.h>
 
@@ -12,6 +14,9 @@
 int log_open(const char *path, char **cause);
 /* Reopens the --log file (after rotation); no-op on stderr. */
 int log_reopen(void);
+
+/* The name each line carries; the program's own until set. ident outlives the log. */
+void log_set_ident(const char *ident);
 
 /* "2025-01-02T03:04:05.678Z agentd: " + the formatted text + "\n". */
 void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

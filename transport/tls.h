@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * agentd's TLS: the server context (mutual TLS against one CA) and the check
- * of a client's identity once its handshake is done.
+ * The serving side's TLS (agentd): the server context (mutual TLS against one
+ * CA) and the check of a client's identity once its handshake is done.
  */
-#ifndef FLEETQ_AGENTD_TLS_H
-#define FLEETQ_AGENTD_TLS_H
+#ifndef FLEETQ_TLS_H
+#define FLEETQ_TLS_H
 
 #include <stddef.h>
 #include <openssl/ssl.h>

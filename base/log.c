@@ -12,6 +12,12 @@
 
 static int log_fd = 2;
 static char *log_path;
+static const char *log_ident;
+
+void log_set_ident(const char *ident)
+{
+	log_ident = ident;
+}
 
 int log_open(const char *path, char **cause)
 {
@@ -58,7 +64,8 @@ void log_line(const char *fmt, ...)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
 	n = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
-	n += snprintf(line + n, sizeof(line) - n, ".%03ldZ agentd: ", ts.tv_nsec / 1000000);
+	n += snprintf(line + n, sizeof(line) - n, ".%03ldZ %s: ", ts.tv_nsec / 1000000,
+		      log_ident ? log_ident : program_invocation_short_name);
 	va_start(ap, fmt);
 	k = vsnprintf(line + n, sizeof(line) - n, fmt, ap);
 	va_end(ap);

@@ -1,27 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 #include "readfile.h"
+#include "cause.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-__attribute__((format(printf, 3, 4))) static int fail(char **cause, int err, const char *fmt,
-							...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-	return err;
-}
 
 int fq_read_file(const char *path, const char *what, size_t max, char **buf, size_t *len,
 		 char **cause)
@@ -37,14 +25,15 @@ int fq_read_file(const char *path, const char *what, size_t max, char **buf, siz
 	/* O_NONBLOCK: opening a FIFO without a writer must not wait for one. */
 	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
-		return fail(cause, -errno, "cannot open %s '%s': %s", what, path,
-			    strerror(errno));
+		return fq_fail(cause, -errno, "cannot open %s '%s': %s", what, path,
+			       strerror(errno));
 	if (fstat(fd, &st)) {
-		err = fail(cause, -errno, "cannot read %s '%s': %s", what, path, strerror(errno));
+		err = fq_fail(cause, -errno, "cannot read %s '%s': %s", what, path,
+			      strerror(errno));
 		goto out;
 	}
 	if (S_ISDIR(st.st_mode)) {
-		err = fail(cause, -EISDIR, "%s '%s' is a directory: name a file", what, path);
+		err = fq_fail(cause, -EISDIR, "%s '%s' is a directory: name a file", what, path);
 		goto out;
 	}
 	if (S_ISREG(st.st_mode) && (size_t)st.st_size > max)
@@ -60,8 +49,8 @@ int fq_read_file(const char *path, const char *what, size_t max, char **buf, siz
 				ncap = max + 2;
 			nb = realloc(b, ncap);
 			if (!nb) {
-				err = fail(cause, -ENOMEM, "cannot read %s '%s': %s", what, path,
-					   "out of memory");
+				err = fq_fail(cause, -ENOMEM, "cannot read %s '%s': %s", what, path,
+					      "out of memory");
 				goto out;
 			}
 			b = nb;
@@ -77,21 +66,21 @@ int fq_read_file(const char *path, const char *what, size_t max, char **buf, siz
 			int k = poll(&p, 1, isatty(fd) ? -1 : FQ_READ_PIPE_MS);
 
 			if (k == 0) {
-				err = fail(cause, -ETIMEDOUT,
-					   "cannot read %s '%s': nothing written for %d s", what,
-					   path, FQ_READ_PIPE_MS / 1000);
+				err = fq_fail(cause, -ETIMEDOUT,
+					      "cannot read %s '%s': nothing written for %d s", what,
+					      path, FQ_READ_PIPE_MS / 1000);
 				goto out;
 			}
 			if (k < 0 && errno != EINTR) {
-				err = fail(cause, -errno, "cannot read %s '%s': %s", what, path,
-					   strerror(errno));
+				err = fq_fail(cause, -errno, "cannot read %s '%s': %s", what, path,
+					      strerror(errno));
 				goto out;
 			}
 			continue;
 		}
 		if (r < 0) {
-			err = fail(cause, -errno, "cannot read %s '%s': %s", what, path,
-				   strerror(errno));
+			err = fq_fail(cause, -errno, "cannot read %s '%s': %s", what, path,
+				      strerror(errno));
 			goto out;
 		}
 		if (!r)

@@ -3,8 +3,9 @@
  * The fan-out: one libevent loop, at most `window` connections in flight,
  * one overall deadline. Each node goes resolving -> connecting -> TLS
  * handshake -> HELLO -> (PING -> PONG)* -> QUERY -> COLUMNS -> ROWS* -> END;
- * rows stream into the merge database (or a plain query's direct output),
- * clock samples into its table clock, every node's outcome into the coverage.
+ * what each node sends, and what became of it, goes to one sink (struct
+ * fanout_sink): fleetq's merge and output, or agentd's relay. The engine
+ * knows neither.
  */
 #ifndef FLEETQ_FANOUT_H
 #define FLEETQ_FANOUT_H
@@ -13,9 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coverage.h"
-#include "direct.h"
-#include "merge.h"
+#include "wire.h"
 
 struct fanout_params {
 	const char *const *hosts; /* "host", "host:port", "[v6]:port"; outlive the fanout */
@@ -55,17 +54,12 @@ struct fanout_params {
 	int tree_width;
 	/* A relay: the client it forwards for, sent as QUERY "for" (NULL: none). */
 	const char *on_behalf;
-	/* NULL: rows go to the merge, outcomes to the coverage. Else to the sink
-	 * (agentd's relay), and fanout_run() takes NULL for both. */
-	const struct fanout_sink *sink;
 	/*
-	 * NULL: rows go to the merge database, in hostlist order through a writer
-	 * thread of fanout_run()'s own (direct_new_merge()). Else rows go to this
-	 * direct output (fleetq's plain query) and the merge only makes the results
-	 * table, from the winning column set (the one most hosts sent), which names
-	 * the columns (and fails as it would).
+	 * A relay (agentd): a leaf cut at max_rows stays "truncated", so that the
+	 * END passed up says why; the client at the top decides. 0 (fleetq):
+	 * max_rows is the user's own limit, and its cut is no failure.
 	 */
-	struct direct *direct;
+	int relay;
 	/* When not NULL, polled every 100 ms: nonzero stops the fan-out
 	 * (fanout_run() fails with -ECANCELED). A relay whose client left. */
 	const int *cancel;
@@ -76,17 +70,33 @@ struct fanout_params {
 };
 
 /*
- * Where a relay's fan-out sends what it hears, host i being an index into
- * fanout_params.hosts. Each callback returns 0 or -errno with *cause; an
- * error stops the fan-out, except -EINVAL from columns(), which fails that
- * host's group with FQ_COLUMNS. vals point into the frame: copy to keep.
+ * Where a fan-out hands what it hears, host h being an index into
+ * fanout_params.hosts. Each callback returns 0 or -errno with *cause (NULL:
+ * out of memory); an error stops the fan-out, except -EINVAL from columns(),
+ * which fails the hosts of that connection with WIRE_OUT_COLUMNS and *cause.
+ * names, vals and frames point into the frame: copy to keep.
  */
 struct fanout_sink {
 	void *ctx;
-	int (*columns)(void *ctx, size_t i, size_t ncols, const char *const *names, char **cause);
-	int (*row)(void *ctx, size_t i, size_t ncols, const struct wire_value *vals, char **cause);
-	/* Exactly once per host: its outcome (enum fq_outcome), rows it sent, why. */
-	int (*done)(void *ctx, size_t i, int outcome, int64_t rows, const char *msg, char **cause);
+	/* COLUMNS for hosts first .. first + count - 1 (count > 1: a relay's group). */
+	int (*columns)(void *ctx, size_t first, size_t count, size_t ncols,
+		       const char *const *names, char **cause);
+	/* Optional: a whole ROWS frame of a connection that answers for host h
+	 * alone, each row checked by wire_decode(). NULL: rows go to row(). */
+	int (*frame)(void *ctx, size_t h, const void *frame, size_t len, char **cause);
+	/* Host h's row number index (from 0). */
+	int (*row)(void *ctx, size_t h, int64_t index, size_t ncols,
+		   const struct wire_value *vals, char **cause);
+	/* Exactly once per host: its outcome (enum wire_outcome), the rows it
+	 * sent, why (NULL: nothing to say), its END's status (0: none or ok). */
+	int (*done)(void *ctx, size_t h, int outcome, int64_t rows, const char *msg, int status,
+		    char **cause);
+	/* Optional: called whenever no connection is half-way through an event
+	 * (a connection ended, a relay's leaf ended, COLUMNS arrived): the one
+	 * place where the sink may call fanout_stop(). */
+	int (*step)(void *ctx, char **cause);
+	/* Optional: an outcome in the messages the engine writes (NULL: wire_outcome_name()). */
+	const char *(*outcome_name)(int outcome);
 };
 
 /* Splits n hosts into at most w contiguous groups: group g starts at the
@@ -118,10 +128,20 @@ struct fanout *fanout_new(const struct fanout_params *p, char **cause);
 void fanout_free(struct fanout *fo);
 
 /*
- * Runs the query on every host. Per-node failures land in cov; returns
- * 0, or -errno with *cause for local failures (the merge database).
+ * Runs the query on every host, handing what arrives to sink. Per-node
+ * failures go to sink->done(); returns 0, or -errno with *cause when the
+ * fan-out stopped (a sink error, out of memory; -ECANCELED: p->cancel).
  */
-int fanout_run(struct fanout *fo, struct merge *m, struct coverage *cov, char **cause);
+int fanout_run(struct fanout *fo, const struct fanout_sink *sink, char **cause);
+
+/*
+ * From sink->step(): ends the connection that answers for host h, if it
+ * still runs; its hosts not yet done end with outcome and msg.
+ */
+void fanout_stop(struct fanout *fo, size_t h, int outcome, const char *msg);
+
+/* From the sink: host h's rows no longer count on the progress line. */
+void fanout_forget_rows(struct fanout *fo, size_t h);
 
 /* Node i's HELLO and clock, valid after fanout_run() until fanout_free(). */
 const struct fanout_node_info *fanout_node_info(const struct fanout *fo, size_t i);
