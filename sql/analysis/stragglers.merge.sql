@@ -210,23 +210,44 @@ gfull AS (
 	      FROM gk x, json_each(x.g) j GROUP BY x.nccl_comm, x.op, j.key + 0) c
 	JOIN gnr ON gnr.nccl_comm = c.nccl_comm AND gnr.op IS c.op AND gnr.n = c.k
 ),
-gr AS (
-	SELECT x.*,
-	       (SELECT json_array(sum(j.value), median(j.value), count(*))
-		FROM json_each(x.g) j CROSS JOIN gfull f
-		WHERE f.seq = j.key + 0 AND f.nccl_comm = x.nccl_comm AND f.op IS x.op) AS a
-	FROM gk x
+-- each rank's kernel time per (op, seq) every rank reached: one pass over its JSON
+gsq AS MATERIALIZED (
+	SELECT x.node, x.nccl_comm, x.op, x.rank, x.pid, x.nranks, x.comm_hash, x.gspan,
+	       j.key + 0 AS seq, j.value AS d
+	FROM gk x, json_each(x.g) j
+	JOIN gfull f ON f.seq = j.key + 0 AND f.nccl_comm = x.nccl_comm AND f.op IS x.op
 ),
 gt AS (
-	SELECT node, nccl_comm, op, rank, pid, nranks, comm_hash, gspan, a ->> 0 AS tot,
-	       a ->> 1 AS med, a ->> 2 AS nk
-	FROM gr
+	SELECT node, nccl_comm, op, rank, pid, max(nranks) AS nranks, max(comm_hash) AS comm_hash,
+	       max(gspan) AS gspan, sum(d) AS tot, median(d) AS med, count(*) AS nk
+	FROM gsq GROUP BY node, nccl_comm, op, rank, pid
 ),
 gcm AS (
 	SELECT nccl_comm, op, count(*) AS n, median(med) AS m, mad(med) AS d, sum(med) AS s,
 	       median(tot) AS mt, mad(tot) AS dt, sum(tot) AS st, median(gspan) AS gspan,
-	       median(nk) AS nk
+	       median(nk) AS nk, max(comm_hash) AS comm_hash
 	FROM gt GROUP BY nccl_comm, op
+),
+-- what the peers lost, per step: a late rank makes every later kernel of the step wait as
+-- well (gradient buckets, layers), so the sum of the kernels' waits counts one delay many
+-- times over; the step's largest wait is the delay. The op's kernels a step: its kernels in
+-- the span over the communicator's learnt step (1 where no step is known: each kernel)
+gkps AS (
+	SELECT c.nccl_comm, c.op,
+	       max(1, CAST(round(c.nk * coalesce(s.step, 0) / nullif(c.gspan, 0)) AS INTEGER)) AS k
+	FROM gcm c LEFT JOIN cs s ON s.comm_hash = c.comm_hash
+),
+gsm AS (
+	SELECT nccl_comm, op, seq, median(d) AS md, sum(d) AS sd, count(*) AS c
+	FROM gsq GROUP BY nccl_comm, op, seq
+),
+glost AS (
+	SELECT nccl_comm, op, node, rank, pid, sum(l) AS lost
+	FROM (SELECT q.nccl_comm, q.op, q.node, q.rank, q.pid, q.seq / kk.k AS st,
+		     max(0, max(CASE WHEN m.c = 2 THEN m.sd - 2 * q.d ELSE m.md - q.d END)) AS l
+	      FROM gsq q JOIN gsm m USING (nccl_comm, op, seq) JOIN gkps kk USING (nccl_comm, op)
+	      GROUP BY q.nccl_comm, q.op, q.node, q.rank, q.pid, st)
+	GROUP BY nccl_comm, op, node, rank, pid
 ),
 -- the rank whose kernels are shortest arrived last: its peers' kernels waited for it. Two
 -- views of one op, the larger z wins: each rank's total over the span (what its peers lost,
@@ -236,20 +257,19 @@ gzz AS (
 	SELECT t.*, c.n AS gn,
 	       -CASE WHEN c.n = 2 THEN robust_z(t.tot, c.st - t.tot, max(prm.fl * c.gspan, prm.fl_ns))
 		     ELSE robust_z(t.tot, c.mt, max(c.dt, prm.fl * c.gspan, prm.fl_ns)) END AS zt,
-	       ((CASE WHEN c.n = 2 THEN c.st - t.tot ELSE c.mt END) - t.tot) / nullif(c.gspan, 0)
-		       AS et,
 	       -CASE WHEN c.n = 2 THEN robust_z(t.med, c.s - t.med,
 						max(prm.fl * c.gspan / c.nk, 2000))
 		     ELSE robust_z(t.med, c.m, max(c.d, prm.fl * c.gspan / c.nk, 2000)) END AS zm,
-	       ((CASE WHEN c.n = 2 THEN c.s - t.med ELSE c.m END) - t.med) * t.nk
-		       / nullif(c.gspan, 0) AS em,
-	       CASE WHEN c.n = 2 THEN c.s - t.med ELSE c.m END AS peer_med
-	FROM gt t JOIN gcm c USING (nccl_comm, op), prm
+	       CASE WHEN c.n = 2 THEN c.s - t.med ELSE c.m END AS peer_med,
+	       l.lost / nullif(c.gspan, 0) AS e_gpu
+	FROM gt t JOIN gcm c USING (nccl_comm, op)
+	LEFT JOIN glost l ON l.nccl_comm = t.nccl_comm AND l.op IS t.op AND l.node IS t.node
+			  AND l.rank IS t.rank AND l.pid IS t.pid, prm
 	-- an op seen a few times (a barrier's all-reduce) says nothing on its own
 	WHERE t.nk >= 16
 ),
 gz AS (
-	SELECT *, iif(zt >= zm, zt, zm) AS z_gpu, iif(zt >= zm, et, em) AS e_gpu FROM gzz
+	SELECT *, iif(zt >= zm, zt, zm) AS z_gpu FROM gzz
 ),
 -- per rank, the op that stands out most
 gb AS (
@@ -311,6 +331,7 @@ v AS (
 	       -- (a CPU that runs ahead of its GPU enqueues late for free; a loaded host makes
 	       -- some rank late by a little, at no one's cost)
 	       f.f_late AND CASE WHEN g.z_gpu IS NOT NULL THEN g.z_gpu > prm.thr
+						     AND g.e_gpu >= prm.eff
 				 ELSE f.z_wait > prm.thr / 2 END AS f_late, f.f_wait, f.f_cpu, f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
@@ -334,9 +355,14 @@ w AS (
 		    ELSE 'ok' END AS verdict,
 	       coalesce(v.f_late, 0) + coalesce(v.f_wait, 0) + coalesce(v.f_gpu, 0) +
 		       coalesce(v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0, 0) AS nsig,
-	       max(iif(v.f_late, v.e_late, 0), iif(v.f_wait, v.e_wait, 0),
-		   iif(v.f_gpu, v.e_gpu, 0),
-		   iif(v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0, v.e_cpu, 0)) AS eff_on,
+	       -- the effect is the peers' lost time: their kernels' wait where the GPU side is
+	       -- known, their synchronize waits, their CPU work's excess; lateness only where
+	       -- nothing else names the rank (a CPU running ahead of its GPU is late at no cost)
+	       CASE WHEN v.f_gpu OR v.f_wait
+			 OR (v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0)
+		    THEN max(iif(v.f_wait, v.e_wait, 0), iif(v.f_gpu, v.e_gpu, 0),
+			     iif(v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0, v.e_cpu, 0))
+		    ELSE iif(v.f_late, v.e_late, 0) END AS eff_on,
 	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0)) AS eff_any
 	FROM v
 )

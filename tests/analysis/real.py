@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# `fleetq stragglers` on windows of real trace files: 2 s of a DDP job (bench/gpu/train.py,
+# 8 x Linear(4096), ~7 gradient buckets a step all-reduced from the autograd thread) on
+# 4 x H200 with NCCL 2.28.9 and fleetq's profiler plugin, one agentd per rank
+# (bench/gpu/detect.sh, BENCHMARKS.md "round 6"). Each file holds the rows of that window
+# (collectives, nccl_kernels, comms, processes, host_id) as the agents wrote them. The job
+# measured its own throughput loss in each phase; the verdict must name the planted rank
+# and state an effect of the same size as that loss (not the sum of every bucket's wait,
+# which counts one delay once per bucket), and name nobody in a clean phase.
+# usage: real.py AN_RUN SQL_DIR SCHEMA_SQL DATA_DIR WORKDIR
+import csv, gzip, io, json, os, sqlite3, subprocess, sys
+
+an_run, sql_dir, schema, data, work = sys.argv[1:6]
+os.makedirs(work, exist_ok=True)
+
+# phase: (planted rank or None, the job's throughput loss against its clean phases, %)
+CASES = {
+    "ddp-gpu20": (3, 15.5),     # extra matmuls on rank 3's GPU, loss.item() every step
+    "ddp-stall10": (0, 6.5),    # rank 0's main thread sleeps 10 % of a step
+    "ddp-busy5": (2, 1.9),      # rank 2's main thread spins 5 % of a step
+    "ddp-gpu10s20": (2, 7.6),   # slower GPU, loss.item() every 20 steps
+    "ddp-clean2": (None, 0.0),
+}
+fails = 0
+
+
+def load(name):
+    j = json.load(gzip.open(os.path.join(data, name + ".json.gz"), "rt"))
+    files = []
+    for k, node in enumerate(j["nodes"]):
+        path = os.path.join(work, "%s.%d.db" % (name, k))
+        if os.path.exists(path):
+            os.unlink(path)
+        db = sqlite3.connect(path)
+        db.executescript(open(schema).read())
+        for t, v in node["tables"].items():
+            if t == "meta":
+                db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                               v["rows"])
+                continue
+            q = "INSERT OR IGNORE INTO %s (%s) VALUES (%s)" % (
+                t, ",".join(v["cols"]), ",".join("?" * len(v["cols"])))
+            db.executemany(q, v["rows"])
+        db.commit()
+        db.close()
+        files.append(path)
+    return j["start_ns"], j["end_ns"], files
+
+
+for name, (target, loss) in CASES.items():
+    start, end, files = load(name)
+    r = subprocess.run([an_run, os.path.join(sql_dir, "stragglers.node.sql"),
+                        os.path.join(sql_dir, "stragglers.merge.sql"),
+                        "-p", "since_ns=%d" % start, "-p", "now_ns=%d" % end,
+                        "-p", "max_seqs=0"] + files, capture_output=True, text=True)
+    if r.returncode:
+        print("FAIL %s: an-run: %s" % (name, r.stderr.strip()))
+        fails += 1
+        continue
+    rows = list(csv.DictReader(io.StringIO(r.stdout), delimiter="\t"))
+    named = [x for x in rows if x["verdict"] != "ok"]
+    got = ", ".join("rank %s %s %s%%" % (x["rank"], x["signals"], x["effect_pct"])
+                    for x in named) or "nobody"
+    ok = True
+    if target is None:
+        ok = not named
+    elif not named or int(named[0]["rank"]) != target:
+        ok = False
+    else:
+        eff = float(named[0]["effect_pct"])
+        # of the size of the loss the job measured: the peers' wait beyond the straggler's
+        # also holds the slack it no longer waits (up to 2.5 times the loss on these, plus
+        # the loss's own noise, about 0.5 points a phase); the sum over the step's buckets
+        # was 3 to 17 times it
+        ok = loss / 2 <= eff <= 2.5 * loss + 1.5
+    print("%s %s: planted %s (loss %.1f%%): %s" % ("ok  " if ok else "FAIL", name,
+                                                  "-" if target is None else "rank %d" % target,
+                                                  loss, got))
+    fails += not ok
+sys.exit(1 if fails else 0)
