@@ -331,6 +331,17 @@ struct gpu_sampler *gpu_sampler_new(const char *lib, char **cause)
 		errno = ENOMEM;
 		return NULL;
 	}
+#ifdef FLEETQ_STATIC_BUILD
+	/*
+	 * NVML is linked against the system's libc; loaded into a statically linked program it
+	 * runs on a libc that was never set up (on a 4-GPU host: SIGFPE inside libc.so.6 right
+	 * after the load, the agent gone). Refuse, and say what works.
+	 */
+	fq_fail(cause, 0, "cannot load '%s': this agentd is statically linked and cannot load "
+			  "NVML; use a dynamically linked agentd for GPU samples", lib);
+	err = ENOTSUP;
+	goto fail;
+#endif
 	g->dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
 	if (!g->dl) {
 		fq_fail(cause, 0, "cannot load '%s' (%s): no NVIDIA driver here, or point "

@@ -293,9 +293,29 @@ static int is_hung(const char *verdict)
 	return verdict && (!strcmp(verdict, "hung") || !strcmp(verdict, "desync"));
 }
 
+/*
+ * The rank a person knows: the job's (RANK of the process), where the node knows it; a
+ * pipeline's or a tensor-parallel group's communicator numbers its ranks from 0.
+ */
+static const char *job_rank(sqlite3_stmt *st)
+{
+	return has(st, "job_rank") ? txt(st, "job_rank") : or_q(txt(st, "rank"));
+}
+
+/* ", rank 1 in communicator" where that differs from the job's rank, else ", communicator". */
+static void comm_rank(FILE *out, sqlite3_stmt *st)
+{
+	const char *r = txt(st, "rank");
+
+	if (has(st, "job_rank") && (!r || strcmp(r, txt(st, "job_rank"))))
+		fprintf(out, ", rank %s in communicator", or_q(r));
+	else
+		fputs(", communicator", out);
+}
+
 static void set_first(struct an_findings *fd, sqlite3_stmt *st)
 {
-	if (!fd->first && asprintf(&fd->first, "rank %s on %s", or_q(txt(st, "rank")),
+	if (!fd->first && asprintf(&fd->first, "rank %s on %s", job_rank(st),
 				   or_q(txt(st, "node"))) < 0)
 		fd->first = NULL;
 }
@@ -382,28 +402,31 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 
 	if (is_hung(v)) {
 		/* The line an epilog greps for. */
-		fprintf(out, "hung: rank %s on %s stopped at seq %s (%s)", or_q(txt(st, "rank")),
+		fprintf(out, "hung: rank %s on %s stopped at seq %s (%s)", job_rank(st),
 			or_q(txt(st, "node")), or_q(txt(st, "stopped_at_seq")),
 			or_q(txt(st, "stopped_op")));
 		if (has(st, "stopped_s_ago"))
 			fprintf(out, ", %.1f s ago", dbl(st, "stopped_s_ago"));
-		fprintf(out, "\n  pid %s, communicator %s (%s ranks), its last collective was "
-			     "seq %s\n",
-			or_q(txt(st, "pid")), or_q(txt(st, "comm_hash")), or_q(txt(st, "nranks")),
+		fprintf(out, "\n  pid %s", or_q(txt(st, "pid")));
+		comm_rank(out, st);
+		fprintf(out, " %s (%s ranks), its last collective was seq %s\n",
+			or_q(txt(st, "comm_hash")), or_q(txt(st, "nranks")),
 			or_q(txt(st, "last_seq")));
 		return;
 	}
 	/* The line an epilog greps for, with the effect: never a z alone. */
 	fprintf(out, "%s: rank %s on %s", v && !strcmp(v, "straggler") ? "straggler" : or_q(v),
-		or_q(txt(st, "rank")), or_q(txt(st, "node")));
+		job_rank(st), or_q(txt(st, "node")));
 	if (has(st, "effect_pct"))
 		fprintf(out, " (%s %.1f%% of %s)", v && !strcmp(v, "straggler") ?
 			"costs its peers" : "largest effect", dbl(st, "effect_pct"),
 			has(st, "signals") && !strcmp(txt(st, "signals"), "late") ?
 				"a step" : "the span");
 	fputc('\n', out);
-	fprintf(out, "  pid %s, communicator %s (%s of %s ranks answered", or_q(txt(st, "pid")),
-		or_q(txt(st, "comm_hash")), or_q(txt(st, "ranks")), or_q(txt(st, "nranks")));
+	fprintf(out, "  pid %s", or_q(txt(st, "pid")));
+	comm_rank(out, st);
+	fprintf(out, " %s (%s of %s ranks answered", or_q(txt(st, "comm_hash")),
+		or_q(txt(st, "ranks")), or_q(txt(st, "nranks")));
 	if (has(st, "step_ms"))
 		fprintf(out, ", step %.3f ms", dbl(st, "step_ms"));
 	if (has(st, "span_s"))

@@ -37,8 +37,14 @@
 --   stands out most: this rank, its peers), cpu_ms and peer_cpu_ms (CPU work per step),
 --   peers_wait_s (GPU-seconds its peers waited on it in the span), clock_err_ms (the
 --   lateness's uncertainty; NULL: unknown), span_s, step_ms, last_seq, stopped_at_seq,
---   stopped_op, stopped_s_ago.
+--   stopped_op, stopped_s_ago, job_rank (the process's rank in the job, its RANK; NULL:
+--   unknown; `rank` is its rank in this communicator).
 WITH
+-- each process's rank in the job, where its node knows it
+jr AS (
+	SELECT node, pid, max(job_rank) AS job_rank FROM results
+	WHERE kind IN ('rank', 'kern') AND job_rank IS NOT NULL GROUP BY node, pid
+),
 prm AS (
 	SELECT coalesce(:threshold, 3.5) AS thr, coalesce(:min_effect, 0.02) AS eff,
 	       coalesce(:floor, 0.005) AS fl, coalesce(:min_effect_ns, 20000) AS fl_ns,
@@ -390,7 +396,8 @@ SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        iif(hung, (SELECT x.op FROM results x WHERE x.kind IN ('last', 'seq')
 		  AND x.comm_hash = w.comm_hash AND x.seq = w.last_seq + 1
 		  ORDER BY x.kind LIMIT 1), NULL) AS stopped_op,
-       iif(hung, round(age_ns / 1e9, 3), NULL) AS stopped_s_ago
+       iif(hung, round(age_ns / 1e9, 3), NULL) AS stopped_s_ago,
+       (SELECT jr.job_rank FROM jr WHERE jr.node IS w.node AND jr.pid IS w.pid) AS job_rank
 FROM w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
 ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,

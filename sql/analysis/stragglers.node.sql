@@ -47,6 +47,10 @@
 --                channel stop): the rank that arrives last has the shortest
 --   gpu_span_ns  'kern' rows: latest kernel end minus earliest kernel start of the row, on
 --                this GPU's own clock
+--   job_rank     'rank' and 'kern' rows: the process's rank in the job (processes.rank, the
+--                RANK of its environment), NULL when unknown: a communicator's own rank is
+--                the job's only in its world communicator (pipeline, tensor-parallel and
+--                data-parallel groups number their ranks from 0)
 --   wait, cpu and gap are agentd's columns of collectives (docs/schema.md): null for the
 --   first collective agentd saw of a process on a communicator, and sync and gap for
 --   collectives recorded before trace schema version 3.
@@ -174,26 +178,28 @@ kcut AS (
 SELECT 'seq' AS kind, comm_hash, NULL AS rank, NULL AS nranks, NULL AS pid, NULL AS tid, seq,
        max(op) AS op, max(count) AS count, min(ts_ns) AS ts_ns, count(*) AS n,
        NULL AS by_seq, NULL AS gap_list, NULL AS nccl_comm, NULL AS gpu_by_seq,
-       NULL AS gpu_span_ns, NULL AS host
+       NULL AS gpu_span_ns, NULL AS host, NULL AS job_rank
 FROM win GROUP BY comm_hash, seq
 UNION ALL
 SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NULL, count(*),
        json_group_object(seq, json_array(ts_ns, coalesce(sync_ns, 0) + dur_ns, cpu_ns)),
-       json_group_array(gap_ns), NULL, NULL, NULL, NULL
+       json_group_array(gap_ns), NULL, NULL, NULL, NULL,
+       (SELECT p.rank FROM processes p WHERE p.pid = win.pid ORDER BY p.start_ns DESC LIMIT 1)
 FROM win GROUP BY comm_hash, rank, pid, seq / 65536
 UNION ALL
 SELECT 'kern', max(k.comm_hash), k.rank, max(k.nranks), k.pid, NULL, max(k.seq), k.op, NULL,
        NULL, count(*), NULL, NULL, k.nccl_comm,
        json_group_object(k.seq, k.gpu_dur_ns), max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns),
-       NULL
+       NULL,
+       (SELECT p.rank FROM processes p WHERE p.pid = k.pid ORDER BY p.start_ns DESC LIMIT 1)
 FROM kw k JOIN kcut u ON u.nccl_comm = k.nccl_comm AND u.op IS k.op
 WHERE k.seq > coalesce(u.seq, -1)
 GROUP BY k.nccl_comm, k.op, k.rank, k.pid, k.seq / 65536
 UNION ALL
 SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, NULL, ts_ns, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL
+       NULL, NULL, NULL, NULL
 FROM last
 UNION ALL
 SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, now_ns, NULL, NULL, NULL, NULL,
-       NULL, NULL, (SELECT value FROM meta WHERE key = 'host_id')
+       NULL, NULL, (SELECT value FROM meta WHERE key = 'host_id'), NULL
 FROM prm

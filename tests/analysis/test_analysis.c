@@ -483,7 +483,7 @@ static void t_node_contract(void)
 					    "nranks",	 "pid",	       "tid",	    "seq",
 					    "op",	 "count",      "ts_ns",	    "n",
 					    "by_seq",	 "gap_list",   "nccl_comm", "gpu_by_seq",
-					    "gpu_span_ns", "host" };
+					    "gpu_span_ns", "host",	   "job_rank" };
 	const char *win[] = { "max_seqs=50", NULL };
 	const char *nojob[] = { "job=nope", NULL };
 	const char *job[] = { "job=4242", "comm=nope", NULL };

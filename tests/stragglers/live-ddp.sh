@@ -8,7 +8,11 @@
 #   clean: exit 0;
 #   rank 3's GPU 50% slower (only its kernels' device time grows): exit 1, rank 3 named first,
 #     by the GPU-side signal (the CPU side of a job that syncs every step cannot see it);
-#   rank 6's main thread sleeping 50% of a step: exit 1, rank 6 named first.
+#   rank 6's main thread sleeping 50% of a step: exit 1, rank 6 named first;
+#   a pipeline (2 stages of 4 data-parallel ranks, --shape pipeline) whose rank 6 sleeps:
+#     named first as rank 6, the job's rank (RANK), not by its rank in its stage's
+#     communicator (2, numbered from 0; '?' where the stage's communicator came from
+#     ncclCommSplit, whose rank NCCL decides inside the call).
 # The fault is large on purpose: this is the path's test; bench/accuracy measures accuracy.
 . "$(dirname "$0")/../e2e/lib.sh"
 . "$(dirname "$0")/../standin/live-agents.sh"
@@ -20,10 +24,11 @@ STEPS=120
 run() {
 	job=$1
 	shift
-	NCCL_PROFILER_PLUGIN=$PLUGIN "$STANDIN/fq-workload" --ranks 8 --steps $STEPS --shape ddp \
-		--buckets 4 --step-us 1000 --kernel-us 4000 --sync-every 1 --job-id "$job" \
+	NCCL_PROFILER_PLUGIN=$PLUGIN "$STANDIN/fq-workload" --ranks 8 --steps $STEPS \
+		--shape "${SHAPE:-ddp}" --buckets 4 --step-us 1000 --kernel-us 4000 --sync-every 1 --job-id "$job" \
 		--cgroup-parent "$CG" --cgroups 4 --report "$T/$job.tsv" "$@" >"$T/$job.log" 2>&1 ||
 		fail "fq-workload $job: $(tail -n 3 "$T/$job.log")"
+	[ "${SHAPE:-ddp}" = ddp ] || { sleep 2; return; }
 	i=0
 	while :; do
 		fq -w "$HOSTS" --format csv --merge "SELECT sum(n) || ',' || sum(k) FROM results" \
@@ -75,4 +80,14 @@ cat "$T/out"
 expect_rc 1 "live DDP stalled rank"
 head -n 1 "$T/out" | grep -q "^straggler: rank 6 on $(agent_of stall-$$ 6) " ||
 	fail "want rank 6 first: $(cat "$T/out")"
+
+SHAPE=pipeline run pipe-$$ --stages 2 --slow-rank 6 --slow-pct 50 --slow-kind stall
+echo "pipeline job traced after ${SECONDS}s"
+fq -w "$HOSTS" stragglers --since 5m --job pipe-$$
+cat "$T/out"
+expect_rc 1 "live pipeline stalled rank"
+head -n 1 "$T/out" | grep -q "^straggler: rank 6 on $(agent_of pipe-$$ 6) " ||
+	fail "want rank 6 first: $(cat "$T/out")"
+sed -n 2p "$T/out" | grep -q ", rank [2?] in communicator " ||
+	fail "want its rank in the stage's communicator: $(sed -n 2p "$T/out")"
 echo "PASS after ${SECONDS}s"
