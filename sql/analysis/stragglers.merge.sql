@@ -53,12 +53,22 @@ prm AS (
 ),
 -- each rank's collectives in one piece: a node sends a 'rank' row per 65536 seqs (a row has
 -- a size limit), mostly one; the objects and arrays of a rank's rows are spliced together
+-- (a communicator made by ncclCommSplit has no rank or size on the CPU side, NCCL decides
+-- them inside the call; the plugin's kernels of that process and communicator carry them,
+-- so one process is one row, not a CPU one and a GPU one)
+kr AS MATERIALIZED (
+	SELECT node, pid, comm_hash, max(rank) AS rank, max(nranks) AS nranks FROM results
+	WHERE kind = 'kern' AND comm_hash IS NOT NULL GROUP BY node, pid, comm_hash
+),
 rk AS (
-	SELECT node, comm_hash, rank, pid, max(nranks) AS nranks,
-	       '{' || group_concat(substr(by_seq, 2, length(by_seq) - 2)) || '}' AS by_seq,
-	       '[' || group_concat(substr(gap_list, 2, length(gap_list) - 2)) || ']' AS gap_list
-	FROM results WHERE kind = 'rank'
-	GROUP BY node, comm_hash, rank, pid
+	SELECT x.node, x.comm_hash, coalesce(x.rank, k.rank) AS rank, x.pid,
+	       coalesce(max(x.nranks), max(k.nranks)) AS nranks,
+	       '{' || group_concat(substr(x.by_seq, 2, length(x.by_seq) - 2)) || '}' AS by_seq,
+	       '[' || group_concat(substr(x.gap_list, 2, length(x.gap_list) - 2)) || ']' AS gap_list
+	FROM results x LEFT JOIN kr k ON x.rank IS NULL AND k.node = x.node AND k.pid = x.pid
+					 AND k.comm_hash = x.comm_hash
+	WHERE x.kind = 'rank'
+	GROUP BY x.node, x.comm_hash, coalesce(x.rank, k.rank), x.pid
 ),
 -- ranks answering in the window, per communicator
 nr AS (
@@ -304,9 +314,12 @@ flags AS (
 ),
 -- progress: the newest collective of every rank over all time
 lastr AS (
-	SELECT l.node, l.comm_hash, l.rank, l.pid, l.nranks, l.seq, l.ts_ns, w.now_ns,
+	SELECT l.node, l.comm_hash, coalesce(l.rank, r.rank) AS rank, l.pid,
+	       coalesce(l.nranks, r.nranks) AS nranks, l.seq, l.ts_ns, w.now_ns,
 	       l.ts_ns - coalesce(k.offset_ns, 0) AS t
 	FROM results l LEFT JOIN nowr w ON w.node IS l.node LEFT JOIN koff k ON k.node = l.node
+	LEFT JOIN kr r ON l.rank IS NULL AND r.node = l.node AND r.pid = l.pid
+		       AND r.comm_hash = l.comm_hash
 	WHERE l.kind = 'last'
 ),
 lc AS (
@@ -341,7 +354,12 @@ v AS (
 				 ELSE f.z_wait > prm.thr / 2 END AS f_late, f.f_wait, f.f_cpu, f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
-	       g.peer_med, g.tot, g.gspan, h.hung, h.last_seq, h.age_ns, f.n AS fn, g.gn
+	       g.peer_med, g.tot, g.gspan, h.hung, h.last_seq, h.age_ns, f.n AS fn, g.gn,
+	       -- two ranks: no population says what is usual, so a pair's consistent asymmetry
+	       -- (a pipeline stage's ranks wait on different neighbours) reads as a straggler on
+	       -- whichever side measures it; a pair's verdict needs every side it has to agree
+	       coalesce(f.n, g.gn) <> 2 OR (coalesce(g.z_gpu, 1) > 0 AND coalesce(f.z_wait, 1) > 0
+					    AND coalesce(f.z_late, 1) > 0) AS pair_ok
 	FROM ranks u
 	LEFT JOIN flags f ON f.comm_hash = u.comm_hash AND f.node IS u.node
 			  AND f.rank IS u.rank AND f.pid IS u.pid
@@ -354,6 +372,7 @@ v AS (
 w AS (
 	SELECT v.*,
 	       CASE WHEN v.hung THEN 'hung'
+		    WHEN NOT v.pair_ok THEN 'ok'
 		    WHEN v.f_late OR v.f_wait OR v.f_gpu THEN 'straggler'
 		    -- its CPU work stands out and its peers did not wait less than it: where
 		    -- contention blurs every wait, the work itself is the evidence
@@ -373,10 +392,11 @@ w AS (
 	FROM v
 )
 SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
-       nullif(substr(iif(f_late, ',late', '') || iif(f_wait, ',wait', '') ||
+       iif(verdict = 'ok', NULL, nullif(substr(iif(f_late, ',late', '') || iif(f_wait, ',wait', '') ||
 		     iif(f_gpu, ',gpu', '') ||
 		     iif(f_cpu AND (f_late OR f_wait OR f_gpu OR (z_wait > 0 AND coalesce(z_gpu, 0) >= 0)),
-			 ',cpu', ''), 2), '') AS signals,
+			 ',cpu', ''), 2), ''))
+	       AS signals,
        CASE WHEN coalesce(fn, gn) = 2 THEN 'pair' WHEN coalesce(fn, gn) >= 3 THEN 'mad' END
 	       AS method,
        round(100 * iif(nsig > 0, eff_on, eff_any), 1) AS effect_pct,

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 # `fleetq stragglers` on windows of real trace files: 2 s of a DDP job (bench/gpu/train.py,
-# 8 x Linear(4096), ~7 gradient buckets a step all-reduced from the autograd thread) on
+# 8 x Linear(4096), ~7 gradient buckets a step all-reduced from the autograd thread) and of
+# a pipeline (2 stages of 2 data-parallel ranks, send/recv between stages on the world
+# communicator, each stage's all-reduce on a communicator of 2 made by ncclCommSplit) on
 # 4 x H200 with NCCL 2.28.9 and fleetq's profiler plugin, one agentd per rank
 # (bench/gpu/detect.sh, BENCHMARKS.md "round 6"). Each file holds the rows of that window
 # (collectives, nccl_kernels, comms, processes, host_id) as the agents wrote them. The job
@@ -21,6 +23,10 @@ CASES = {
     "ddp-busy5": (2, 1.9),      # rank 2's main thread spins 5 % of a step
     "ddp-gpu10s20": (2, 7.6),   # slower GPU, loss.item() every 20 steps
     "ddp-clean2": (None, 0.0),
+    # the pipeline: ranks named by the job's rank (RANK); its stages' communicators hold 2
+    "pipe-stall20": (1, 18.5),  # rank 1 (stage 0) sleeps 20 % of a step
+    "pipe-busy20": (2, 6.3),    # rank 2 (stage 1) spins 20 % of a step
+    "pipe-clean1": (None, 0.0), # a stage-0 pair's consistent asymmetry is no straggler
 }
 fails = 0
 
@@ -60,12 +66,14 @@ for name, (target, loss) in CASES.items():
         continue
     rows = list(csv.DictReader(io.StringIO(r.stdout), delimiter="\t"))
     named = [x for x in rows if x["verdict"] != "ok"]
-    got = ", ".join("rank %s %s %s%%" % (x["rank"], x["signals"], x["effect_pct"])
+    def who(x):
+        return int(x["job_rank"] if x.get("job_rank") not in (None, "", "NULL") else x["rank"])
+    got = ", ".join("rank %s %s %s%%" % (who(x), x["signals"], x["effect_pct"])
                     for x in named) or "nobody"
     ok = True
     if target is None:
         ok = not named
-    elif not named or int(named[0]["rank"]) != target:
+    elif not named or who(named[0]) != target:
         ok = False
     else:
         eff = float(named[0]["effect_pct"])
