@@ -230,8 +230,9 @@ gfull AS (
 gsq AS MATERIALIZED (
 	SELECT x.node, x.nccl_comm, x.op, x.rank, x.pid, x.nranks, x.comm_hash, x.gspan,
 	       j.key + 0 AS seq, j.value AS d
-	FROM gk x, json_each(x.g) j
-	JOIN gfull f ON f.seq = j.key + 0 AND f.nccl_comm = x.nccl_comm AND f.op IS x.op
+	-- the join order is the plan: each member looks gfull up through an automatic index
+	FROM gk x CROSS JOIN json_each(x.g) j CROSS JOIN gfull f
+	WHERE f.seq = j.key + 0 AND f.nccl_comm = x.nccl_comm AND f.op IS x.op
 ),
 gt AS (
 	SELECT node, nccl_comm, op, rank, pid, max(nranks) AS nranks, max(comm_hash) AS comm_hash,
@@ -253,18 +254,6 @@ gkps AS (
 	       max(1, CAST(round(c.nk * coalesce(s.step, 0) / nullif(c.gspan, 0)) AS INTEGER)) AS k
 	FROM gcm c LEFT JOIN cs s ON s.comm_hash = c.comm_hash
 ),
-gsm AS (
-	SELECT nccl_comm, op, seq, median(d) AS md, sum(d) AS sd, count(*) AS c
-	FROM gsq GROUP BY nccl_comm, op, seq
-),
-glost AS (
-	SELECT nccl_comm, op, node, rank, pid, sum(l) AS lost
-	FROM (SELECT q.nccl_comm, q.op, q.node, q.rank, q.pid, q.seq / kk.k AS st,
-		     max(0, max(CASE WHEN m.c = 2 THEN m.sd - 2 * q.d ELSE m.md - q.d END)) AS l
-	      FROM gsq q JOIN gsm m USING (nccl_comm, op, seq) JOIN gkps kk USING (nccl_comm, op)
-	      GROUP BY q.nccl_comm, q.op, q.node, q.rank, q.pid, st)
-	GROUP BY nccl_comm, op, node, rank, pid
-),
 -- the rank whose kernels are shortest arrived last: its peers' kernels waited for it. Two
 -- views of one op, the larger z wins: each rank's total over the span (what its peers lost,
 -- however it is spread) and its median kernel (the consistent departure, which a few long
@@ -276,16 +265,38 @@ gzz AS (
 	       -CASE WHEN c.n = 2 THEN robust_z(t.med, c.s - t.med,
 						max(prm.fl * c.gspan / c.nk, 2000))
 		     ELSE robust_z(t.med, c.m, max(c.d, prm.fl * c.gspan / c.nk, 2000)) END AS zm,
-	       CASE WHEN c.n = 2 THEN c.s - t.med ELSE c.m END AS peer_med,
-	       l.lost / nullif(c.gspan, 0) AS e_gpu
-	FROM gt t JOIN gcm c USING (nccl_comm, op)
-	LEFT JOIN glost l ON l.nccl_comm = t.nccl_comm AND l.op IS t.op AND l.node IS t.node
-			  AND l.rank IS t.rank AND l.pid IS t.pid, prm
+	       CASE WHEN c.n = 2 THEN c.s - t.med ELSE c.m END AS peer_med, c.gspan AS cgspan
+	FROM gt t JOIN gcm c USING (nccl_comm, op), prm
 	-- an op seen a few times (a barrier's all-reduce) says nothing on its own
 	WHERE t.nk >= 16
 ),
+-- the effect is asked only of a rank whose kernels stand out (the one pass below costs a
+-- sort of every kernel of the window otherwise)
+gcand AS MATERIALIZED (
+	SELECT gzz.nccl_comm, gzz.op, gzz.node, gzz.rank, gzz.pid FROM gzz, prm
+	WHERE max(gzz.zt, gzz.zm) > prm.thr
+),
+gsm AS (
+	SELECT q.nccl_comm, q.op, q.seq, median(q.d) AS md, sum(q.d) AS sd, count(*) AS c
+	FROM gsq q WHERE (q.nccl_comm, q.op) IN (SELECT nccl_comm, op FROM gcand)
+	GROUP BY q.nccl_comm, q.op, q.seq
+),
+glost AS (
+	SELECT nccl_comm, op, node, rank, pid, sum(l) AS lost
+	FROM (SELECT q.nccl_comm, q.op, q.node, q.rank, q.pid, q.seq / kk.k AS st,
+		     max(0, max(CASE WHEN m.c = 2 THEN m.sd - 2 * q.d ELSE m.md - q.d END)) AS l
+	      FROM gcand g CROSS JOIN gsq q CROSS JOIN gsm m CROSS JOIN gkps kk
+	      WHERE q.nccl_comm = g.nccl_comm AND q.op IS g.op AND q.node IS g.node
+		AND q.rank IS g.rank AND q.pid IS g.pid
+		AND m.nccl_comm = q.nccl_comm AND m.op IS q.op AND m.seq = q.seq
+		AND kk.nccl_comm = q.nccl_comm AND kk.op IS q.op
+	      GROUP BY q.nccl_comm, q.op, q.node, q.rank, q.pid, st)
+	GROUP BY nccl_comm, op, node, rank, pid
+),
 gz AS (
-	SELECT *, iif(zt >= zm, zt, zm) AS z_gpu FROM gzz
+	SELECT z.*, iif(z.zt >= z.zm, z.zt, z.zm) AS z_gpu, l.lost / nullif(z.cgspan, 0) AS e_gpu
+	FROM gzz z LEFT JOIN glost l ON l.nccl_comm = z.nccl_comm AND l.op IS z.op
+				     AND l.node IS z.node AND l.rank IS z.rank AND l.pid IS z.pid
 ),
 -- per rank, the op that stands out most
 gb AS (
