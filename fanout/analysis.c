@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fqsql.h"
+#include "rowcol.h"
 #include "sqlfiles.h"
 #include "strbuf.h"
 #include "why.h"
@@ -234,36 +235,6 @@ void an_findings_release(struct an_findings *f)
 	memset(f, 0, sizeof(*f));
 }
 
-/* Column access by name: the files may gain or reorder columns. */
-static int col(sqlite3_stmt *st, const char *name)
-{
-	for (int i = 0; i < sqlite3_column_count(st); i++)
-		if (!strcmp(sqlite3_column_name(st, i), name))
-			return i;
-	return -1;
-}
-
-static const char *txt(sqlite3_stmt *st, const char *name)
-{
-	int i = col(st, name);
-
-	return i < 0 ? NULL : (const char *)sqlite3_column_text(st, i);
-}
-
-static int has(sqlite3_stmt *st, const char *name)
-{
-	int i = col(st, name);
-
-	return i >= 0 && sqlite3_column_type(st, i) != SQLITE_NULL;
-}
-
-static double dbl(sqlite3_stmt *st, const char *name)
-{
-	int i = col(st, name);
-
-	return i < 0 ? 0 : sqlite3_column_double(st, i);
-}
-
 static const char *or_q(const char *s)
 {
 	return s ? s : "?";
@@ -299,15 +270,15 @@ static int is_hung(const char *verdict)
  */
 static const char *job_rank(sqlite3_stmt *st)
 {
-	return has(st, "job_rank") ? txt(st, "job_rank") : or_q(txt(st, "rank"));
+	return row_has(st, "job_rank") ? row_txt(st, "job_rank") : or_q(row_txt(st, "rank"));
 }
 
 /* ", rank 1 in communicator" where that differs from the job's rank, else ", communicator". */
 static void comm_rank(FILE *out, sqlite3_stmt *st)
 {
-	const char *r = txt(st, "rank");
+	const char *r = row_txt(st, "rank");
 
-	if (has(st, "job_rank") && (!r || strcmp(r, txt(st, "job_rank"))))
+	if (row_has(st, "job_rank") && (!r || strcmp(r, row_txt(st, "job_rank"))))
 		fprintf(out, ", rank %s in communicator", or_q(r));
 	else
 		fputs(", communicator", out);
@@ -316,7 +287,7 @@ static void comm_rank(FILE *out, sqlite3_stmt *st)
 static void set_first(struct an_findings *fd, sqlite3_stmt *st)
 {
 	if (!fd->first && asprintf(&fd->first, "rank %s on %s", job_rank(st),
-				   or_q(txt(st, "node"))) < 0)
+				   or_q(row_txt(st, "node"))) < 0)
 		fd->first = NULL;
 }
 
@@ -334,12 +305,12 @@ static int walk(sqlite3 *db, int netcheck, FILE *out, struct an_findings *fd,
 		return -EIO;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		if (netcheck) {
-			if (has(st, "flagged") && dbl(st, "flagged") != 0) {
+			if (row_has(st, "flagged") && row_dbl(st, "flagged") != 0) {
 				fd->flagged++;
 				set_first(fd, st);
 			}
 		} else {
-			const char *v = txt(st, "verdict");
+			const char *v = row_txt(st, "verdict");
 
 			if (is_hung(v))
 				fd->hung++;
@@ -380,17 +351,17 @@ static void signal_line(FILE *out, sqlite3_stmt *st, const char *sig, const char
 	char zcol[16];
 
 	snprintf(zcol, sizeof(zcol), "z_%s", sig);
-	if (!has(st, zcol) && !has(st, own))
+	if (!row_has(st, zcol) && !row_has(st, own))
 		return;
-	fprintf(out, "  %s %-4s", named(txt(st, "signals"), sig) ? "*" : " ", sig);
-	if (has(st, zcol))
-		fprintf(out, " z=%+8.2f", dbl(st, zcol));
+	fprintf(out, "  %s %-4s", named(row_txt(st, "signals"), sig) ? "*" : " ", sig);
+	if (row_has(st, zcol))
+		fprintf(out, " z=%+8.2f", row_dbl(st, zcol));
 	else
 		fprintf(out, " z=%8s", "-");
-	if (has(st, own)) {
-		fprintf(out, "  %.3f ms", dbl(st, own));
-		if (peer && has(st, peer))
-			fprintf(out, ", peers %.3f ms", dbl(st, peer));
+	if (row_has(st, own)) {
+		fprintf(out, "  %.3f ms", row_dbl(st, own));
+		if (peer && row_has(st, peer))
+			fprintf(out, ", peers %.3f ms", row_dbl(st, peer));
 		fprintf(out, " %s", text);
 	}
 	fputc('\n', out);
@@ -398,68 +369,68 @@ static void signal_line(FILE *out, sqlite3_stmt *st, const char *sig, const char
 
 static void straggler_row(FILE *out, sqlite3_stmt *st)
 {
-	const char *v = txt(st, "verdict");
+	const char *v = row_txt(st, "verdict");
 
 	if (is_hung(v)) {
 		/* The line an epilog greps for. */
 		fprintf(out, "hung: rank %s on %s stopped at seq %s (%s)", job_rank(st),
-			or_q(txt(st, "node")), or_q(txt(st, "stopped_at_seq")),
-			or_q(txt(st, "stopped_op")));
-		if (has(st, "stopped_s_ago"))
-			fprintf(out, ", %.1f s ago", dbl(st, "stopped_s_ago"));
-		fprintf(out, "\n  pid %s", or_q(txt(st, "pid")));
+			or_q(row_txt(st, "node")), or_q(row_txt(st, "stopped_at_seq")),
+			or_q(row_txt(st, "stopped_op")));
+		if (row_has(st, "stopped_s_ago"))
+			fprintf(out, ", %.1f s ago", row_dbl(st, "stopped_s_ago"));
+		fprintf(out, "\n  pid %s", or_q(row_txt(st, "pid")));
 		comm_rank(out, st);
 		fprintf(out, " %s (%s ranks), its last collective was seq %s\n",
-			or_q(txt(st, "comm_hash")), or_q(txt(st, "nranks")),
-			or_q(txt(st, "last_seq")));
+			or_q(row_txt(st, "comm_hash")), or_q(row_txt(st, "nranks")),
+			or_q(row_txt(st, "last_seq")));
 		return;
 	}
 	/* The line an epilog greps for, with the effect: never a z alone. */
 	fprintf(out, "%s: rank %s on %s", v && !strcmp(v, "straggler") ? "straggler" : or_q(v),
-		job_rank(st), or_q(txt(st, "node")));
-	if (has(st, "effect_pct"))
+		job_rank(st), or_q(row_txt(st, "node")));
+	if (row_has(st, "effect_pct"))
 		fprintf(out, " (%s %.1f%% of %s)", v && !strcmp(v, "straggler") ?
-			"costs its peers" : "largest effect", dbl(st, "effect_pct"),
-			has(st, "signals") && !strcmp(txt(st, "signals"), "late") ?
+			"costs its peers" : "largest effect", row_dbl(st, "effect_pct"),
+			row_has(st, "signals") && !strcmp(row_txt(st, "signals"), "late") ?
 				"a step" : "the span");
 	fputc('\n', out);
-	fprintf(out, "  pid %s", or_q(txt(st, "pid")));
+	fprintf(out, "  pid %s", or_q(row_txt(st, "pid")));
 	comm_rank(out, st);
-	fprintf(out, " %s (%s of %s ranks answered", or_q(txt(st, "comm_hash")),
-		or_q(txt(st, "ranks")), or_q(txt(st, "nranks")));
-	if (has(st, "step_ms"))
-		fprintf(out, ", step %.3f ms", dbl(st, "step_ms"));
-	if (has(st, "span_s"))
-		fprintf(out, ", span %.3f s", dbl(st, "span_s"));
+	fprintf(out, " %s (%s of %s ranks answered", or_q(row_txt(st, "comm_hash")),
+		or_q(row_txt(st, "ranks")), or_q(row_txt(st, "nranks")));
+	if (row_has(st, "step_ms"))
+		fprintf(out, ", step %.3f ms", row_dbl(st, "step_ms"));
+	if (row_has(st, "span_s"))
+		fprintf(out, ", span %.3f s", row_dbl(st, "span_s"));
 	fprintf(out, ")\n");
-	if (has(st, "signals"))
-		fprintf(out, "  signals that name it: %s (method %s)\n", txt(st, "signals"),
-			or_q(txt(st, "method")));
+	if (row_has(st, "signals"))
+		fprintf(out, "  signals that name it: %s (method %s)\n", row_txt(st, "signals"),
+			or_q(row_txt(st, "method")));
 	signal_line(out, st, "late", "late_ms", NULL,
 		    "after the first rank to arrive (median per collective)");
-	if (has(st, "late_ms")) {
-		if (has(st, "clock_err_ms"))
+	if (row_has(st, "late_ms")) {
+		if (row_has(st, "clock_err_ms"))
 			fprintf(out, "%12sclock offset uncertainty %.3f ms\n", "",
-				dbl(st, "clock_err_ms"));
+				row_dbl(st, "clock_err_ms"));
 		else
 			fprintf(out, "%12sclock offset uncertainty unknown: lateness names no one "
 				     "alone\n", "");
 	}
 	signal_line(out, st, "wait", "wait_ms", "peer_wait_ms",
 		    "a step waiting on the GPU (a straggler waits least)");
-	if (has(st, "gpu_ms") || has(st, "z_gpu")) {
+	if (row_has(st, "gpu_ms") || row_has(st, "z_gpu")) {
 		char what[64];
 
 		snprintf(what, sizeof(what), "per %s kernel on the GPU (shortest: arrives last)",
-			 or_q(txt(st, "gpu_op")));
+			 or_q(row_txt(st, "gpu_op")));
 		signal_line(out, st, "gpu", "gpu_ms", "peer_gpu_ms", what);
 	}
 	signal_line(out, st, "cpu", "cpu_ms", "peer_cpu_ms",
 		    "a step of CPU work (every thread, outside waits)");
 	why_report(out, st);
-	if (has(st, "peers_wait_s") && dbl(st, "peers_wait_s") > 0)
+	if (row_has(st, "peers_wait_s") && row_dbl(st, "peers_wait_s") > 0)
 		fprintf(out, "  cost: peers lost %.3f GPU-seconds waiting on it\n",
-			dbl(st, "peers_wait_s"));
+			row_dbl(st, "peers_wait_s"));
 }
 
 int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd)
@@ -477,34 +448,34 @@ int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_f
 
 static void netcheck_row(FILE *out, sqlite3_stmt *st)
 {
-	const char *src = or_q(txt(st, "source"));
-	int flagged = has(st, "flagged") && dbl(st, "flagged") != 0;
+	const char *src = or_q(row_txt(st, "source"));
+	int flagged = row_has(st, "flagged") && row_dbl(st, "flagged") != 0;
 
-	fprintf(out, "%s: %s rank %s (pid %s): ", flagged ? "network" : "ok", or_q(txt(st, "node")),
-		or_q(txt(st, "rank")), or_q(txt(st, "pid")));
+	fprintf(out, "%s: %s rank %s (pid %s): ", flagged ? "network" : "ok", or_q(row_txt(st, "node")),
+		or_q(row_txt(st, "rank")), or_q(row_txt(st, "pid")));
 	if (!strcmp(src, "ib"))
-		fprintf(out, "InfiniBand %s on %s", or_q(txt(st, "counter")),
-			or_q(txt(st, "detail")));
+		fprintf(out, "InfiniBand %s on %s", or_q(row_txt(st, "counter")),
+			or_q(row_txt(st, "detail")));
 	else
 		fprintf(out, "TCP retransmits%s", !strcmp(src, "tcp_host") ? " (host-wide)" : "");
-	if (has(st, "rule") && !strcmp(txt(st, "rule"), "throughout"))
+	if (row_has(st, "rule") && !strcmp(row_txt(st, "rule"), "throughout"))
 		/* named for its loss all through the run, not for its slow windows */
 		fprintf(out, " throughout the run: %s per collective (%.0f in slow windows, %.0f "
-			"outside; %.3f/s, z %s against its peers)", or_q(txt(st, "per_coll")),
-			dbl(st, "in_n"), dbl(st, "out_n"), dbl(st, "all_per_s"),
-			or_q(txt(st, "rate_z")));
+			"outside; %.3f/s, z %s against its peers)", or_q(row_txt(st, "per_coll")),
+			row_dbl(st, "in_n"), row_dbl(st, "out_n"), row_dbl(st, "all_per_s"),
+			or_q(row_txt(st, "rate_z")));
 	else {
 		fprintf(out, ": %s in slow windows (%.3f/s, outside %.3f/s",
-			or_q(txt(st, "in_n")), dbl(st, "in_per_s"), dbl(st, "out_per_s"));
-		if (has(st, "ratio"))
-			fprintf(out, ", %.1fx", dbl(st, "ratio"));
-		fprintf(out, "; concentration z %s, z %s)", or_q(txt(st, "conc_z")),
-			or_q(txt(st, "z")));
+			or_q(row_txt(st, "in_n")), row_dbl(st, "in_per_s"), row_dbl(st, "out_per_s"));
+		if (row_has(st, "ratio"))
+			fprintf(out, ", %.1fx", row_dbl(st, "ratio"));
+		fprintf(out, "; concentration z %s, z %s)", or_q(row_txt(st, "conc_z")),
+			or_q(row_txt(st, "z")));
 	}
-	if (strcmp(src, "ib") && has(st, "detail"))
-		fprintf(out, ", flow %s", txt(st, "detail"));
-	fprintf(out, "\n  communicator %s, %s slow windows, %s ranks\n", or_q(txt(st, "comm_hash")),
-		or_q(txt(st, "windows")), or_q(txt(st, "ranks")));
+	if (strcmp(src, "ib") && row_has(st, "detail"))
+		fprintf(out, ", flow %s", row_txt(st, "detail"));
+	fprintf(out, "\n  communicator %s, %s slow windows, %s ranks\n", or_q(row_txt(st, "comm_hash")),
+		or_q(row_txt(st, "windows")), or_q(row_txt(st, "ranks")));
 }
 
 int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd)

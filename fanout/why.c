@@ -8,6 +8,7 @@
 #include "coverage.h"
 #include "gather.h"
 #include "merge.h"
+#include "rowcol.h"
 #include "strbuf.h"
 
 /* The verdict's rows and the evidence's meet on these; the rest of the evidence is added. */
@@ -191,36 +192,6 @@ static int is_hung_verdict(const char *v)
 	return v && (!strcmp(v, "hung") || !strcmp(v, "desync"));
 }
 
-/* Column access by name, as analysis.c reads the verdict's rows. */
-static int wcol(sqlite3_stmt *st, const char *name)
-{
-	for (int i = 0; i < sqlite3_column_count(st); i++)
-		if (!strcmp(sqlite3_column_name(st, i), name))
-			return i;
-	return -1;
-}
-
-static int whas(sqlite3_stmt *st, const char *name)
-{
-	int i = wcol(st, name);
-
-	return i >= 0 && sqlite3_column_type(st, i) != SQLITE_NULL;
-}
-
-static double wdbl(sqlite3_stmt *st, const char *name)
-{
-	int i = wcol(st, name);
-
-	return i < 0 ? 0 : sqlite3_column_double(st, i);
-}
-
-static const char *wtxt(sqlite3_stmt *st, const char *name)
-{
-	int i = wcol(st, name);
-
-	return i < 0 ? NULL : (const char *)sqlite3_column_text(st, i);
-}
-
 /* "1,980": clocks read as people write them. */
 static const char *grouped(char *buf, size_t n, double v)
 {
@@ -237,36 +208,36 @@ static const char *grouped(char *buf, size_t n, double v)
 static void pair(FILE *out, sqlite3_stmt *st, const char *own, const char *peer,
 		 const char *unit)
 {
-	if (whas(st, own))
-		fprintf(out, "%g%s", wdbl(st, own), unit);
+	if (row_has(st, own))
+		fprintf(out, "%g%s", row_dbl(st, own), unit);
 	else
 		fputs("?", out);
-	if (whas(st, peer))
-		fprintf(out, ", peers %g%s", wdbl(st, peer), unit);
+	if (row_has(st, peer))
+		fprintf(out, ", peers %g%s", row_dbl(st, peer), unit);
 }
 
 void why_report(FILE *out, sqlite3_stmt *st)
 {
 	char a[32], b[32];
 
-	if (wcol(st, "likely_cause") < 0 || is_hung_verdict(wtxt(st, "verdict")))
+	if (row_col(st, "likely_cause") < 0 || is_hung_verdict(row_txt(st, "verdict")))
 		return;
-	if (!whas(st, "likely_cause")) {
+	if (!row_has(st, "likely_cause")) {
 		fprintf(out, "  likely cause: not measured (its node sent no evidence)\n");
 		return;
 	}
-	if (whas(st, "gpu_samples") && wdbl(st, "gpu_samples") > 0) {
-		fprintf(out, "  why: GPU %s at %s MHz", wtxt(st, "gpu_index"),
-			whas(st, "sm_mhz") ? grouped(a, sizeof(a), wdbl(st, "sm_mhz")) : "?");
-		if (whas(st, "sm_max_mhz"))
-			fprintf(out, " (max %s)", grouped(a, sizeof(a), wdbl(st, "sm_max_mhz")));
-		if (whas(st, "peer_sm_mhz"))
-			fprintf(out, ", peers %s", grouped(b, sizeof(b), wdbl(st, "peer_sm_mhz")));
-		fprintf(out, "; %s; util ", whas(st, "gpu_reason") ? wtxt(st, "gpu_reason")
+	if (row_has(st, "gpu_samples") && row_dbl(st, "gpu_samples") > 0) {
+		fprintf(out, "  why: GPU %s at %s MHz", row_txt(st, "gpu_index"),
+			row_has(st, "sm_mhz") ? grouped(a, sizeof(a), row_dbl(st, "sm_mhz")) : "?");
+		if (row_has(st, "sm_max_mhz"))
+			fprintf(out, " (max %s)", grouped(a, sizeof(a), row_dbl(st, "sm_max_mhz")));
+		if (row_has(st, "peer_sm_mhz"))
+			fprintf(out, ", peers %s", grouped(b, sizeof(b), row_dbl(st, "peer_sm_mhz")));
+		fprintf(out, "; %s; util ", row_has(st, "gpu_reason") ? row_txt(st, "gpu_reason")
 								    : "no clock-event reason");
 		pair(out, st, "util_pct", "peer_util_pct", "%");
-		if (whas(st, "temp_c"))
-			fprintf(out, "; %s C", wtxt(st, "temp_c"));
+		if (row_has(st, "temp_c"))
+			fprintf(out, "; %s C", row_txt(st, "temp_c"));
 		fputc('\n', out);
 	} else {
 		fprintf(out, "  why: no GPU samples for its process\n");
@@ -279,5 +250,5 @@ void why_report(FILE *out, sqlite3_stmt *st)
 	pair(out, st, "tcp_retrans", "peer_tcp_retrans", "");
 	fprintf(out, "; InfiniBand errors ");
 	pair(out, st, "ib_errors", "peer_ib_errors", "");
-	fprintf(out, "\n  likely cause: %s\n", wtxt(st, "likely_cause"));
+	fprintf(out, "\n  likely cause: %s\n", row_txt(st, "likely_cause"));
 }
