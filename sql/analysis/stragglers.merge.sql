@@ -362,7 +362,12 @@ v AS (
 	       -- some rank late by a little, at no one's cost)
 	       f.f_late AND CASE WHEN g.z_gpu IS NOT NULL THEN g.z_gpu > prm.thr
 						     AND g.e_gpu >= prm.eff
-				 ELSE f.z_wait > prm.thr / 2 END AS f_late, f.f_wait, f.f_cpu, f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
+				 ELSE f.z_wait > prm.thr / 2 END AS f_late,
+	       -- the same for its peers' synchronize waits, a proxy of what the kernels measure:
+	       -- where the GPU side is known it must see the rank arrive last too (a clean job
+	       -- on a loaded host has one rank's waits apart, its kernels like its peers')
+	       f.f_wait AND coalesce(g.z_gpu > prm.thr / 2, 1) AS f_wait,
+	       f.f_cpu, f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
 	       g.peer_med, g.tot, g.gspan, h.hung, h.last_seq, h.age_ns, f.n AS fn, g.gn,

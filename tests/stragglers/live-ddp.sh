@@ -8,7 +8,7 @@
 #   clean: exit 0;
 #   rank 3's GPU 50% slower (only its kernels' device time grows): exit 1, rank 3 named first,
 #     by the GPU-side signal (the CPU side of a job that syncs every step cannot see it);
-#   rank 6's main thread sleeping 50% of a step: exit 1, rank 6 named first;
+#   rank 6's main thread sleeping a whole step more (100%): exit 1, rank 6 named first;
 #   a pipeline (2 stages of 4 data-parallel ranks, --shape pipeline) whose rank 6 sleeps:
 #     named first as rank 6, the job's rank (RANK), not by its rank in its stage's
 #     communicator (2, numbered from 0; '?' where the stage's communicator came from
@@ -73,7 +73,7 @@ head -n 1 "$T/out" | grep -q "^straggler: rank 3 on $(agent_of gpu-$$ 3) " ||
 	fail "want rank 3 first: $(cat "$T/out")"
 grep -m 1 "signals that name it:" "$T/out" | grep -q "gpu" || fail "no gpu signal: $(cat "$T/out")"
 
-run stall-$$ --slow-rank 6 --slow-pct 50 --slow-kind stall
+run stall-$$ --slow-rank 6 --slow-pct 100 --slow-kind stall
 echo "stall job traced after ${SECONDS}s"
 fq -w "$HOSTS" stragglers --since 5m --job stall-$$
 cat "$T/out"
@@ -81,7 +81,7 @@ expect_rc 1 "live DDP stalled rank"
 head -n 1 "$T/out" | grep -q "^straggler: rank 6 on $(agent_of stall-$$ 6) " ||
 	fail "want rank 6 first: $(cat "$T/out")"
 
-SHAPE=pipeline run pipe-$$ --stages 2 --slow-rank 6 --slow-pct 50 --slow-kind stall
+SHAPE=pipeline run pipe-$$ --stages 2 --slow-rank 6 --slow-pct 100 --slow-kind stall
 echo "pipeline job traced after ${SECONDS}s"
 fq -w "$HOSTS" stragglers --since 5m --job pipe-$$
 cat "$T/out"
