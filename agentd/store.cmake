@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-# agentd_store: the trace store writer, the InfiniBand poller, the per-process sync
-# wait count (syncwait.c), and their tests.
+# agentd_store: the trace store writer (store*.c, see store_int.h), the InfiniBand
+# poller, the per-process sync wait count (syncwait.c), and their tests.
 # Included by agentd/trace.cmake (which links agentd_store into agentd); needs
 # the fq_sql target (sql/) defined before it.
 include_guard(GLOBAL)
@@ -9,6 +9,10 @@ set(FLEETQ_STORE_ROOT ${CMAKE_CURRENT_LIST_DIR}/..)
 
 add_library(agentd_store STATIC
   ${CMAKE_CURRENT_LIST_DIR}/store.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_sql.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_setup.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_ckpt.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_retain.c
   ${CMAKE_CURRENT_LIST_DIR}/store_file.c
   ${CMAKE_CURRENT_LIST_DIR}/ib.c
   ${CMAKE_CURRENT_LIST_DIR}/syncwait.c
