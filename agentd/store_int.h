@@ -4,6 +4,7 @@
  *   store.c         the ring, store_put, the batching writer thread, meta, open/close
  *   store_sql.c     the statements the writer runs and the binding of records to them
  *   store_setup.c   opening the file: whose it is, its schema, pragmas, start-up meta
+ *   store_schema.c  the INSERTs' columns checked against the file's tables
  *   store_ckpt.c    the checkpointer thread
  *   store_retain.c  retention by age and by size
  */
@@ -139,6 +140,12 @@ sqlite3_stmt *bind_rec(struct store *s, const struct rec *r);
 
 /* store_setup.c: opens the file and prepares the statements; 0 or -errno with *cause */
 int store_setup_db(struct store *s, const struct store_opts *o, char **cause);
+
+/*
+ * store_schema.c: every INSERT's column list against PRAGMA table_info of its table;
+ * 0, or -errno with *cause naming the table and the column that disagree.
+ */
+int store_schema_check(sqlite3 *db, const char *path, char **cause);
 
 /* store_ckpt.c */
 void ckpt_request(struct store *s, bool wait);

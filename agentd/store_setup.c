@@ -167,6 +167,9 @@ int store_setup_db(struct store *s, const struct store_opts *o, char **cause)
 	}
 	if (err)
 		return err;
+	err = store_schema_check(s->db, o->path, cause);
+	if (err)
+		return err;
 	for (int i = 0; i < ST_MAX; i++) {
 		rc = sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
 					&s->st[i], NULL);

@@ -2,7 +2,8 @@
 /*
  * The statements the store's writer runs, one cached per record kind, and the
  * binding of each record's fields to them (straight from the ring slot:
- * SQLITE_STATIC).
+ * SQLITE_STATIC). store_schema.c checks each INSERT's columns against the
+ * file's tables when the store opens.
  */
 #include <sqlite3.h>
 
