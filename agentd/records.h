@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Decoded trace records, one struct per table of sql/schema.sql. The tracer
- * (agentd/trace.c) fills them from BPF events; the store (agentd/store.c)
- * writes them. Strings are copied by the store before store_put() returns.
- * An int64 field set to REC_NULL is stored as SQL NULL.
+ * (agentd/trace_decode.c) fills them from BPF events; the store writes them
+ * (agentd/store_sql.c binds them; store_schema.c checks its INSERTs against
+ * the file's tables at open). Strings are copied by the store before
+ * store_put() returns. An int64 field set to REC_NULL is stored as SQL NULL.
  */
 #ifndef FLEETQ_AGENTD_RECORDS_H
 #define FLEETQ_AGENTD_RECORDS_H

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-# agentd_store: the trace store writer, the InfiniBand poller, the per-process sync
-# wait count (syncwait.c), and their tests.
+# agentd_store: the trace store writer (store*.c, see store_int.h), the InfiniBand
+# poller, the per-process sync wait count (syncwait.c), and their tests.
 # Included by agentd/trace.cmake (which links agentd_store into agentd); needs
 # the fq_sql target (sql/) defined before it.
 include_guard(GLOBAL)
@@ -9,6 +9,11 @@ set(FLEETQ_STORE_ROOT ${CMAKE_CURRENT_LIST_DIR}/..)
 
 add_library(agentd_store STATIC
   ${CMAKE_CURRENT_LIST_DIR}/store.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_sql.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_setup.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_schema.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_ckpt.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_retain.c
   ${CMAKE_CURRENT_LIST_DIR}/store_file.c
   ${CMAKE_CURRENT_LIST_DIR}/ib.c
   ${CMAKE_CURRENT_LIST_DIR}/syncwait.c
@@ -19,7 +24,7 @@ target_link_libraries(agentd_store PUBLIC fq_sql PkgConfig::SQLITE3 Threads::Thr
 
 # Tests live in tests/agentd/store/ but are registered here, next to the library.
 set(store_test_dir ${FLEETQ_STORE_ROOT}/tests/agentd/store)
-foreach(t store ib store_diskfull syncwait store_userfile)
+foreach(t store ib store_diskfull syncwait store_userfile store_schema)
   add_executable(test_agentd_${t} ${store_test_dir}/test_${t}.c)
   target_link_libraries(test_agentd_${t} PRIVATE agentd_store)
   add_test(NAME agentd_${t} COMMAND test_agentd_${t})

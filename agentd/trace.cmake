@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# agentd_trace: the eBPF tracer (trace.c), discovery and probe tables, on top of the store.
+# agentd_trace: the eBPF tracer (trace*.c, see trace_int.h), discovery and probe tables, on top of the store.
 # Included by agentd/CMakeLists.txt; tests in tests/trace/.
 include_guard(GLOBAL)
 
@@ -14,6 +14,11 @@ if(FLEETQ_BPF)
   # fleetq_bpf / fleetq_bpf_skels come from bpf/, which the top level adds after agentd/
   add_library(agentd_trace STATIC
     ${CMAKE_CURRENT_LIST_DIR}/trace.c
+    ${CMAKE_CURRENT_LIST_DIR}/trace_tables.c
+    ${CMAKE_CURRENT_LIST_DIR}/trace_decode.c
+    ${CMAKE_CURRENT_LIST_DIR}/trace_attach.c
+    ${CMAKE_CURRENT_LIST_DIR}/trace_disc.c
+    ${CMAKE_CURRENT_LIST_DIR}/trace_calib.c
     ${CMAKE_CURRENT_LIST_DIR}/discover.c
     ${CMAKE_CURRENT_LIST_DIR}/probe.c)
   target_include_directories(agentd_trace PUBLIC ${CMAKE_CURRENT_LIST_DIR})

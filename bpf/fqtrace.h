@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Events fqtrace.bpf.c puts in its one ring buffer and agentd/trace.c reads.
+ * Events fqtrace.bpf.c puts in its one ring buffer and agentd/trace_decode.c reads.
  * Fixed-width types only: this header is compiled for the BPF target and the host.
  *
  * Uprobes carry a 64-bit attach cookie that tells the shared entry/return

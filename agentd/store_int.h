@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store's insides, shared by its files (agentd/store.h is the interface):
+ *   store.c         the ring, store_put, the batching writer thread, meta, open/close
+ *   store_sql.c     the statements the writer runs and the binding of records to them
+ *   store_setup.c   opening the file: whose it is, its schema, pragmas, start-up meta
+ *   store_schema.c  the INSERTs' columns checked against the file's tables
+ *   store_ckpt.c    the checkpointer thread
+ *   store_retain.c  retention by age and by size
+ */
+#ifndef FLEETQ_AGENTD_STORE_INT_H
+#define FLEETQ_AGENTD_STORE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <sqlite3.h>
+
+#include "records.h"
+#include "store.h"
+
+/* WAL pages after a commit that ask the checkpointer for a pass (SQLite's default) */
+#define CKPT_PAGES 1000
+/* ... and that make the writer wait for one, so the WAL starts over (32 MiB of 4 KiB
+ * pages; journal_size_limit then truncates it) */
+#define CKPT_WAIT_PAGES 8192
+
+/* Tables keyed by ts_ns: key_tables[] in store.c */
+#define N_KEY_TABLES 5
+
+enum {
+	ST_BEGIN,
+	ST_COMMIT,
+	ST_ROLLBACK,
+	ST_META,
+	ST_PROCESS,
+	ST_COMM,
+	ST_COMM_DESTROY,
+	ST_COLLECTIVE,
+	ST_CUDA,
+	ST_OFFCPU,
+	ST_TCP,
+	ST_IB,
+	ST_GROUP,
+	ST_KERNEL,
+	ST_GPU,
+	ST_PROCESS_GPU,
+	ST_MAX
+};
+
+struct meta_kv {
+	struct meta_kv *next;
+	bool is_text;
+	int64_t i;
+	char *text;
+	char key[];
+};
+
+struct store {
+	/* producers */
+	_Atomic uint64_t tail __attribute__((aligned(64)));
+	_Atomic int64_t drops_full;
+	_Atomic int sleeping;     /* the writer waits on wake */
+	_Atomic uint64_t wake_at; /* ... and wants a signal at this queue depth */
+
+	/* consumer, published for producers and stats */
+	_Atomic uint64_t head __attribute__((aligned(64)));
+	_Atomic int64_t rows, drops_write, write_errors, retained, ts_nudged;
+	_Atomic int64_t txn_oldest_ns; /* enqueue time of the open batch's first record, or 0 */
+
+	struct slot *ring; /* store.c */
+	uint64_t mask;
+	int batch_rows;
+	int64_t batch_ns;
+	int64_t retain_bytes, retain_age_s;
+	char *path;
+
+	sqlite3 *db;
+	sqlite3_stmt *st[ST_MAX];
+	sqlite3_stmt *gap[N_KEY_TABLES]; /* first free ts_ns at or after ?1, made when needed */
+	pthread_t thread;
+	bool thread_started;
+	sqlite3 *ckpt_db; /* the checkpointer's connection, or NULL: the writer checkpoints */
+	pthread_t ckpt_thread;
+	bool ckpt_started;
+	int wal_pages; /* frames in the WAL after the writer's last commit */
+
+	/* writer-only */
+	bool txn_open, failing, row_warned;
+	int in_txn;
+	int64_t nudged_txn; /* rows of the open batch whose ts_ns was moved */
+	int64_t next_retain_ns;
+	uint64_t wr_head;
+
+	/* under mu */
+	pthread_mutex_t mu;
+	pthread_cond_t wake; /* writer waits here */
+	pthread_cond_t done; /* store_flush / store_retain_now wait here */
+	pthread_cond_t ckpt_wake; /* the checkpointer waits here */
+	uint64_t ckpt_req, ckpt_done; /* passes asked for / the last one done (its request) */
+	bool ckpt_stop;
+	uint64_t committed;    /* every record before this position is committed or dropped */
+	uint64_t flush_target; /* a flusher waits for committed >= this */
+	uint64_t retain_req, retain_done;
+	int retain_rc;
+	bool stop;
+	struct meta_kv *meta;
+	uint64_t meta_gen, meta_done; /* meta set / meta written (or tried) */
+};
+
+static inline void bind_i64(sqlite3_stmt *st, int i, int64_t v)
+{
+	if (v == REC_NULL)
+		sqlite3_bind_null(st, i);
+	else
+		sqlite3_bind_int64(st, i, v);
+}
+
+static inline void bind_text(sqlite3_stmt *st, int i, const char *v)
+{
+	if (!v)
+		sqlite3_bind_null(st, i);
+	else
+		sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+}
+
+/* store.c: the writer's steps, used by its other files too */
+int step_reset(sqlite3_stmt *st);
+void meta_put_int(struct store *s, const char *key, int64_t v);
+void meta_put_text(struct store *s, const char *key, const char *v);
+void write_failed(struct store *s, int rc);
+void stop_thread(struct store *s, pthread_t thread, bool *started, bool *stop,
+		 pthread_cond_t *wake);
+
+/* store_sql.c */
+extern const char *const stmt_sql[ST_MAX];
+sqlite3_stmt *bind_rec(struct store *s, const struct rec *r);
+
+/* store_setup.c: opens the file and prepares the statements; 0 or -errno with *cause */
+int store_setup_db(struct store *s, const struct store_opts *o, char **cause);
+
+/*
+ * store_schema.c: every INSERT's column list against PRAGMA table_info of its table;
+ * 0, or -errno with *cause naming the table and the column that disagree.
+ */
+int store_schema_check(sqlite3 *db, const char *path, char **cause);
+
+/* store_ckpt.c */
+void ckpt_request(struct store *s, bool wait);
+void ckpt_start(struct store *s, const char *path);
+void ckpt_stop(struct store *s);
+
+/* store_retain.c */
+int exec_int(sqlite3 *db, const char *sql, int64_t *out);
+bool retain_due(struct store *s, uint64_t retain_req, int64_t now);
+void retain_run(struct store *s, uint64_t retain_req);
+
+#endif
