@@ -336,13 +336,23 @@ lastr AS (
 lc AS (
 	SELECT comm_hash, max(seq) AS maxseq, max(t) AS newest FROM lastr GROUP BY comm_hash
 ),
+-- per communicator and newest seq, how long ago the last of its ranks got there
+la AS MATERIALIZED (
+	SELECT l.comm_hash, l.seq, min(coalesce(l.now_ns - l.ts_ns, lc.newest - l.t)) AS age
+	FROM lastr l JOIN lc USING (comm_hash) GROUP BY l.comm_hash, l.seq
+),
 hang AS (
 	SELECT l.node, l.comm_hash, l.rank, l.pid, l.nranks, l.seq AS last_seq,
 	       -- on the rank's own clock when its node told us the time, else against the
 	       -- newest collective of any rank of the communicator
 	       coalesce(l.now_ns - l.ts_ns, lc.newest - l.t) AS age_ns,
 	       l.seq < lc.maxseq AND coalesce(l.now_ns - l.ts_ns, lc.newest - l.t) >=
-		       max(prm.hang_ns, 10 * coalesce(cs.step, 0)) AS hung
+		       max(prm.hang_ns, 10 * coalesce(cs.step, 0))
+	       -- and the ranks ahead have been waiting there a while: a communicator that idles
+	       -- (a barrier's now and then) has ranks one seq apart for as long as the agents
+	       -- take to store the newest (~0.2 s), with the last one long ago
+	       AND (SELECT min(a.age) FROM la a WHERE a.comm_hash = l.comm_hash AND a.seq > l.seq)
+		   >= max(prm.hang_ns, 10 * coalesce(cs.step, 0)) / 2 AS hung
 	FROM lastr l JOIN lc USING (comm_hash) LEFT JOIN cs USING (comm_hash), prm
 ),
 ranks AS (

@@ -30,7 +30,12 @@ CASES = {
     # the clean DDP window with rank 2's synchronize waits cut by 1.2 ms each (as a loaded
     # host does to one rank): its waits stand apart, its kernels are its peers', so nobody
     "ddp-clean2+wait": (None, 0.0),
+    # the clean DDP window, then its communicator idle for 1.9 s but for rank 3, which
+    # entered the next collective 50 ms ago (as a barrier's first rank does, before the
+    # other agents have stored theirs): its peers are behind, but nobody waited on them
+    "ddp-clean2+idle": (None, 0.0),
 }
+IDLE_NS = 1_900_000_000
 # the change a case makes to the real rows: (node index, SQL)
 EDITS = {
     "ddp-clean2+wait": (2, "UPDATE collectives SET sync_ns = max(0, sync_ns - 1200000) "
@@ -62,7 +67,23 @@ def load(case):
         db.commit()
         db.close()
         files.append(path)
-    return j["start_ns"], j["end_ns"], files
+    end = j["end_ns"]
+    if case == "ddp-clean2+idle":
+        dbs = [sqlite3.connect(f) for f in files]
+        last = min(d.execute("SELECT max(seq) FROM collectives").fetchone()[0] for d in dbs)
+        for d in dbs:
+            d.execute("DELETE FROM collectives WHERE seq > ?", (last,))
+            d.execute("DELETE FROM nccl_kernels WHERE ts_ns > (SELECT max(ts_ns) "
+                      "FROM collectives)")
+        dbs[3].executescript(
+            "CREATE TEMP TABLE x AS SELECT * FROM collectives ORDER BY ts_ns DESC LIMIT 1;"
+            "UPDATE x SET ts_ns = %d, seq = seq + 1;"
+            "INSERT INTO collectives SELECT * FROM x;" % (end + IDLE_NS - 50_000_000))
+        for d in dbs:
+            d.commit()
+            d.close()
+        end += IDLE_NS
+    return j["start_ns"], end, files
 
 
 for name, (target, loss) in CASES.items():
