@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fleetq stragglers, netcheck and timeline: the subcommands whose node and merge SQL come
+ * from the analysis files (sql/analysis), over a window. Each prepares its plan before the
+ * hosts are read (--show-sql ends there), then runs commands.c's one fan-out and reads
+ * the merge: a report, rows, bars, --watch's changes, or a Perfetto trace.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "analysis.h"
+#include "bars.h"
+#include "clock.h"
+#include "commands_int.h"
+#include "coverage.h"
+#include "merge.h"
+#include "timeline.h"
+#include "watch.h"
+#include "why.h"
+
+/*
+ * "Nothing found" is a verdict only over every rank of every communicator
+ * looked at: none at all (no such job, a window before the trace) or part
+ * of a communicator (-w naming some of the job's nodes) is no verdict. The
+ * line that says what to check (malloc'd), or NULL when the rows cover it.
+ */
+static char *analysis_short(const struct an_seen *s, const struct query_opts *q,
+			    size_t nodes)
+{
+	char *m = NULL, job[160] = "", win[96];
+	int r;
+
+	if (!s->known)
+		return NULL;
+	if (q->job)
+		snprintf(job, sizeof(job), " of job %s", q->job);
+	if (q->comm)
+		snprintf(job + strlen(job), sizeof(job) - strlen(job), "%s communicator %s",
+			 q->job ? " in" : " of", q->comm);
+	if (q->since_ns)
+		snprintf(win, sizeof(win), "the last %s", q->since_text ? q->since_text : "60s");
+	else
+		snprintf(win, sizeof(win), "all time");
+	if (!s->ranks)
+		r = asprintf(&m, "no collectives%s in %s on %zu node%s: check %s", job, win,
+			     nodes, nodes == 1 ? "" : "s",
+			     q->since_ns ? q->job ? "--job/--since" : "--since"
+			     : q->job	 ? "--job and the hosts (-w)"
+					 : "the hosts (-w) and that their agents trace");
+	else if (s->partial)
+		r = asprintf(&m, "%d of %d ranks of communicator %s answered%s: query every node "
+				 "of the job",
+			     s->answered, s->declared, s->comm,
+			     s->partial > 1 ? " (and more communicators are short)" : "");
+	else
+		return NULL;
+	return r < 0 ? strdup("too few ranks answered") : m;
+}
+
+/*
+ * The analysis files' plan (and, for stragglers, the evidence of why), with the window
+ * and the node and merge parameters. all names the merge's "every row" parameter.
+ * -1 to go on, or an exit status (--show-sql ends here).
+ */
+static int load_plan(struct run *r, const char *all, int with_why)
+{
+	struct query_opts *q = r->q;
+	int64_t len = q->since_ns < 0 ? 60000000000ll : q->since_ns;
+	int64_t start = len ? clock_ns(CLOCK_REALTIME) - len : 0;
+	long long seqs = q->max_seqs < 0 ? DEFAULT_MAX_SEQS : q->max_seqs;
+	int err;
+
+	if (len)
+		snprintf(r->window, sizeof(r->window), "last %s",
+			 q->since_text ? q->since_text : "60s");
+	else
+		snprintf(r->window, sizeof(r->window), "all time");
+	if (seqs)
+		snprintf(r->window + strlen(r->window), sizeof(r->window) - strlen(r->window),
+			 ", newest %lld seqs", seqs);
+	r->np[r->nnp++] = (struct an_param){
+		":max_seqs",
+		seqs ? (struct wire_value){ .type = WIRE_INT, .i = seqs }
+		     : (struct wire_value){ .type = WIRE_NULL },
+		seqs ? "per communicator, the newest N sequence numbers (--max-seqs)"
+		     : "no bound (--max-seqs 0)",
+	};
+	r->np[r->nnp++] = (struct an_param){
+		":since_ns",
+		{ .type = WIRE_INT, .i = start },
+		len ? "coordinator clock now minus the window, plus each node's "
+		      "clock offset"
+		    : "all time",
+	};
+	r->np[r->nnp++] = (struct an_param){ ":job",
+					     q->job ? (struct wire_value){ .type = WIRE_TEXT,
+									   .p = q->job,
+									   .n = strlen(q->job) }
+						    : (struct wire_value){ .type = WIRE_NULL },
+					     NULL };
+	r->np[r->nnp++] = (struct an_param){ ":comm",
+					     q->comm ? (struct wire_value){ .type = WIRE_TEXT,
+									    .p = q->comm,
+									    .n = strlen(q->comm) }
+						     : (struct wire_value){ .type = WIRE_NULL },
+					     NULL };
+	r->mp[r->nmp++] = (struct an_param){
+		":threshold",
+		q->threshold > 0 ? (struct wire_value){ .type = WIRE_REAL, .d = q->threshold }
+				 : (struct wire_value){ .type = WIRE_NULL },
+		NULL,
+	};
+	r->mp[r->nmp++] = (struct an_param){
+		all,
+		q->all || r->bars ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
+				  : (struct wire_value){ .type = WIRE_NULL },
+		NULL,
+	};
+	err = an_plan_load(&r->plan, r->c->name, r->np, r->nnp, len ? ":since_ns" : NULL,
+			   &r->cause);
+	/* The evidence files are checked now too: a broken one fails before any fan-out. */
+	if (!err && with_why)
+		err = an_plan_load(&r->why, "why", r->np, r->nnp, len ? ":since_ns" : NULL,
+				   &r->cause);
+	/* A folder of files adapted before why.*.sql existed: the verdict alone. */
+	if (err == -ENOENT && with_why && r->plan.merge_sql) {
+		if (!q->quiet)
+			fprintf(stderr, "fleetq: stragglers: no evidence of why: %s\n", r->cause);
+		free(r->cause);
+		r->cause = NULL;
+		an_plan_release(&r->why);
+		err = 0;
+	}
+	if (err)
+		return usage_error("%s", r->cause ? r->cause : strerror(-err));
+	if (q->show_sql) {
+		an_plan_show(&r->plan, stdout, r->np, r->nnp, r->mp, r->nmp);
+		if (r->why.node_sql)
+			why_show(&r->why, stdout);
+		return fflush(stdout) ? FQ_EXIT_USAGE : FQ_EXIT_OK;
+	}
+	q->sql = r->plan.node_sql;
+	return -1;
+}
+
+
+int prepare_stragglers(struct run *r)
+{
+	struct query_opts *q = r->q;
+
+	if (q->bars == BARS_ALWAYS && r->format != FMT_REPORT)
+		return usage_error("--bars draws under the report: drop --format (or --bars)");
+	if (q->watch_ns && r->format != FMT_REPORT)
+		return usage_error("--watch prints what changes: drop --format");
+	/* The bars need every rank's row: the merge gives them all, the report reads findings. */
+	r->bars = r->format == FMT_REPORT && !q->watch_ns &&
+		  (q->bars == BARS_ALWAYS || (q->bars == BARS_AUTO && isatty(STDOUT_FILENO)));
+	return load_plan(r, ":all_ranks", 1);
+}
+
+int prepare_netcheck(struct run *r)
+{
+	return load_plan(r, ":all_rows", 0);
+}
+
+int prepare_timeline(struct run *r)
+{
+	int ret;
+
+	if (r->format != FMT_REPORT)
+		return usage_error("timeline writes a Perfetto/Chrome trace (JSON): drop --format");
+	ret = load_plan(r, ":all_rows", 0);
+	if (ret >= 0)
+		return ret;
+	/* A path that cannot be written fails before any node is asked. */
+	if (!(r->tl = timeline_open(r->q->output, &r->cause)))
+		return usage_error("%s", r->cause);
+	return -1;
+}
+
+int run_timeline(struct run *r)
+{
+	struct merge *m;
+	int ret, err;
+
+	if ((ret = run_fanout(r)) >= 0)
+		return ret;
+	m = r->m;
+	err = timeline_emit(merge_has_table(m) ? merge_db(m) : NULL, r->plan.merge_sql, r->tl,
+			    r->q->output, r->window, r->q->quiet, &r->short_of, &r->cause);
+	r->tl = NULL;
+	ret = err ? usage_error("%s", r->cause ? r->cause : strerror(-err)) : 0;
+	return run_finish(r, ret);
+}
+
+/* stragglers and netcheck: the merge's analysis, its report or rows, --watch's changes. */
+static int run_analysis(struct run *r, int net)
+{
+	struct query_opts *q = r->q;
+	struct merge *m;
+	size_t answered;
+	int ret, err;
+
+	if ((ret = run_fanout(r)) >= 0)
+		return ret;
+	m = r->m;
+	ret = 0;
+	if (merge_has_table(m)) {
+		err = an_merge(merge_db(m), r->plan.merge_sql, r->mp, r->nmp, &r->cause);
+		if (err) {
+			ret = usage_error("%s: %s", r->plan.merge_origin,
+					  r->cause ? r->cause : strerror(-err));
+			goto done;
+		}
+		if (r->bars)
+			r->bar_text = bars_take(merge_db(m), q->threshold > 0 ? q->threshold : 3.5,
+						q->all);
+		/* Why: the verdict stands without it, so a failure is only said. */
+		free(r->cause);
+		r->cause = NULL;
+		if (r->why.node_sql && !q->watch &&
+		    why_attach(merge_db(m), &r->why, &r->fp, r->mp, r->nmp, &r->cause) &&
+		    !fq_interrupted)
+			fprintf(stderr, "fleetq: stragglers: no evidence of why: %s\n",
+				r->cause ? r->cause : "out of memory");
+	}
+	answered = coverage_count(r->cov, FQ_OK) + coverage_count(r->cov, FQ_TRUNCATED);
+	if (r->format == FMT_REPORT && merge_has_table(m) && answered && !q->watch)
+		err = !net ? an_report_stragglers(merge_db(m), stdout, r->window, &r->fd)
+			   : an_report_netcheck(merge_db(m), stdout, r->window, &r->fd);
+	else if (merge_has_table(m))
+		err = an_count(merge_db(m), net, &r->fd);
+	else
+		err = 0;
+	if (!err && merge_has_table(m) && answered) {
+		err = an_seen(merge_db(m), net, &r->seen);
+		/* A verdict over the first N rows of a node is none. */
+		if (!err && coverage_limited(r->cov) &&
+		    asprintf(&r->short_of, "--max-rows %lld cut the rows of %zu node%s: "
+					   "drop --max-rows for a verdict",
+			     q->max_rows, coverage_limited(r->cov),
+			     coverage_limited(r->cov) == 1 ? "" : "s") < 0)
+			r->short_of = NULL;
+		/* Short coverage says it first: the missing ranks follow from it. */
+		if (!err && !r->short_of && !coverage_exit(r->cov, q->min_coverage))
+			r->short_of = analysis_short(&r->seen, q, answered);
+	}
+	if (err) {
+		ret = usage_error("cannot read the analysis: %s", sqlite3_errmsg(merge_db(m)));
+		goto done;
+	}
+	if (r->bar_text && answered)
+		fputs(r->bar_text, stdout);
+	/* a fan-out cut short by Ctrl-C would read as ranks that left */
+	if (q->watch && !fq_interrupted &&
+	    watch_step(q->watch, merge_has_table(m) && answered ? merge_db(m) : NULL, r->cov,
+		       r->hosts, r->fp.nhosts)) {
+		ret = usage_error("out of memory");
+		goto done;
+	}
+	if (r->format == FMT_REPORT && (!merge_has_table(m) || !answered) && !q->watch)
+		printf("no answer: no node ran the %s query (see the coverage)\n", r->c->name);
+	else if (r->format != FMT_REPORT)
+		ret = print_results(m, r->out,
+				    merge_has_table(m)
+					    ? "SELECT * FROM temp.fq_analysis ORDER BY rowid"
+					    : NULL,
+				    r->plan.merge_origin, r->cov_json, q);
+done:
+	return run_finish(r, ret);
+}
+
+int run_stragglers(struct run *r)
+{
+	return run_analysis(r, 0);
+}
+
+int run_netcheck(struct run *r)
+{
+	return run_analysis(r, 1);
+}
+
+void verdict_stragglers(struct run *r)
+{
+	const struct an_findings *fd = &r->fd;
+
+	if (fd->hung || fd->stragglers)
+		fprintf(stderr, "fleetq: stragglers: %d hung, %d straggler%s (first: %s), %s\n",
+			fd->hung, fd->stragglers, fd->stragglers == 1 ? "" : "s",
+			fd->first ? fd->first : "?", r->window);
+	else
+		fprintf(stderr, "fleetq: stragglers: none among %d ranks in %d "
+				"communicator%s, %s\n",
+			fd->ranks, fd->comms, fd->comms == 1 ? "" : "s", r->window);
+}
+
+void verdict_netcheck(struct run *r)
+{
+	const struct an_findings *fd = &r->fd;
+
+	if (fd->flagged)
+		fprintf(stderr, "fleetq: netcheck: %d finding%s (first: %s), %s\n", fd->flagged,
+			fd->flagged == 1 ? "" : "s", fd->first ? fd->first : "?", r->window);
+	else
+		fprintf(stderr, "fleetq: netcheck: nothing among %d ranks, %s\n", fd->ranks,
+			r->window);
+}
+
+/* Several fan-outs (one per trace table): gate.c runs them. */
