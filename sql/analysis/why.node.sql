@@ -38,26 +38,37 @@ prm AS (
 	SELECT coalesce(:since_ns, 0) AS since_ns, :job AS job, :comm AS comm,
 	       CASE WHEN :max_seqs > 0 THEN :max_seqs END AS max_seqs
 ),
-coll AS MATERIALIZED (
-	SELECT c.ts_ns, c.dur_ns, c.pid, c.comm_hash, c.rank, c.seq
-	FROM prm CROSS JOIN collectives c
-	WHERE c.ts_ns >= prm.since_ns AND c.op NOT IN ('Send', 'Recv')
-	  AND c.comm_hash IS NOT NULL
-	  AND (prm.comm IS NULL OR c.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM processes WHERE job_id = prm.job))
+-- the newest :max_seqs seqs of each communicator, read through collectives_comm_seq (its
+-- newest seq, then that range) rather than the whole window: this query runs on every node
+-- after each verdict
+-- (every comm_hash, one index probe each: the next one after the last)
+hk(comm_hash) AS (
+	SELECT (SELECT min(comm_hash) FROM collectives WHERE comm_hash IS NOT NULL)
+	UNION ALL
+	SELECT (SELECT min(c.comm_hash) FROM collectives c WHERE c.comm_hash > hk.comm_hash)
+	FROM hk WHERE hk.comm_hash IS NOT NULL
 ),
 cut AS (
-	SELECT c.comm_hash, max(c.seq) - prm.max_seqs AS seq FROM coll c, prm GROUP BY c.comm_hash
+	SELECT k.comm_hash,
+	       (SELECT max(c.seq) FROM collectives c
+		WHERE c.comm_hash = k.comm_hash AND c.op NOT IN ('Send', 'Recv')) - prm.max_seqs AS seq
+	FROM hk k, prm
+	WHERE k.comm_hash IS NOT NULL AND (prm.comm IS NULL OR k.comm_hash = prm.comm)
+),
+coll AS MATERIALIZED (
+	SELECT c.ts_ns, c.dur_ns, c.pid, c.comm_hash, c.rank, c.seq
+	FROM prm CROSS JOIN cut u CROSS JOIN collectives c
+	WHERE c.comm_hash = u.comm_hash AND c.seq > coalesce(u.seq, -1)
+	  AND c.ts_ns >= prm.since_ns AND c.op NOT IN ('Send', 'Recv')
+	  AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM processes WHERE job_id = prm.job))
 ),
 rw AS MATERIALIZED (
 	SELECT c.comm_hash, c.rank, c.pid, min(c.ts_ns) AS t0, max(c.ts_ns + c.dur_ns) AS t1,
 	       (SELECT max(p.start_ns) FROM processes p
 		WHERE p.pid = c.pid AND p.start_ns <= min(c.ts_ns)) AS start_ns
-	FROM coll c JOIN cut u USING (comm_hash)
-	WHERE c.seq > coalesce(u.seq, -1)
+	FROM coll c
 	GROUP BY c.comm_hash, c.rank, c.pid
 ),
--- its GPUs: the driver's list when it has the process, else the environment's guess
 pgpu AS (
 	SELECT r.comm_hash, r.rank, r.pid, pg.gpu_uuid, pg.gpu_index, pg.source
 	FROM rw r JOIN process_gpus pg ON pg.pid = r.pid AND pg.start_ns = r.start_ns
