@@ -265,7 +265,8 @@ gzz AS (
 	       -CASE WHEN c.n = 2 THEN robust_z(t.med, c.s - t.med,
 						max(prm.fl * c.gspan / c.nk, 2000))
 		     ELSE robust_z(t.med, c.m, max(c.d, prm.fl * c.gspan / c.nk, 2000)) END AS zm,
-	       CASE WHEN c.n = 2 THEN c.s - t.med ELSE c.m END AS peer_med, c.gspan AS cgspan
+	       CASE WHEN c.n = 2 THEN c.s - t.med ELSE c.m END AS peer_med, c.gspan AS cgspan,
+	       (CASE WHEN c.n = 2 THEN c.st - t.tot ELSE c.mt END) - t.tot AS lost_tot
 	FROM gt t JOIN gcm c USING (nccl_comm, op), prm
 	-- an op seen a few times (a barrier's all-reduce) says nothing on its own
 	WHERE t.nk >= 16
@@ -294,7 +295,10 @@ glost AS (
 	GROUP BY nccl_comm, op, node, rank, pid
 ),
 gz AS (
-	SELECT z.*, iif(z.zt >= z.zm, z.zt, z.zm) AS z_gpu, l.lost / nullif(z.cgspan, 0) AS e_gpu
+	-- (never more than the totals' difference: a step's largest wait also picks up the
+	-- noise of a clean rank's kernels, which the totals average out)
+	SELECT z.*, iif(z.zt >= z.zm, z.zt, z.zm) AS z_gpu,
+	       max(0, min(l.lost, z.lost_tot)) / nullif(z.cgspan, 0) AS e_gpu
 	FROM gzz z LEFT JOIN glost l ON l.nccl_comm = z.nccl_comm AND l.op IS z.op
 				     AND l.node IS z.node AND l.rank IS z.rank AND l.pid IS z.pid
 ),
