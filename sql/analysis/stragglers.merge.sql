@@ -17,6 +17,9 @@
 --   :floor          the MAD is floored at this share of the span (totals) or of the step
 --                   (lateness): noise between equal ranks never scores (0.005)
 --   :min_effect_ns  the same floor in ns, for very short spans (20000)
+--   :pair_effect    :min_effect where a communicator has two ranks (at least :min_effect):
+--                   nothing measures a pair's noise, and two clean ranks of real jobs
+--                   differed by up to 4.4 % of the span (docs/analysis.md) (0.05)
 --   :clock_margin   lateness counts on its own only when it is this many times the clock
 --                   offset's uncertainty (half the best ping's RTT per node; 0 on one node)
 --                   (10)
@@ -47,6 +50,7 @@ jr AS (
 ),
 prm AS (
 	SELECT coalesce(:threshold, 3.5) AS thr, coalesce(:min_effect, 0.02) AS eff,
+	       max(coalesce(:pair_effect, 0.05), coalesce(:min_effect, 0.02)) AS peff,
 	       coalesce(:floor, 0.005) AS fl, coalesce(:min_effect_ns, 20000) AS fl_ns,
 	       coalesce(:clock_margin, 10) AS ck, coalesce(:hang_ns, 1.5e9) AS hang_ns,
 	       coalesce(:all_ranks, 0) AS all_ranks
@@ -92,8 +96,9 @@ koff AS (
 ),
 -- seqs every answering rank of the communicator reached, who arrived first, and what ran
 -- there, from the nodes' 'seq' rows (their earliest enqueue and how many ranks enqueued it)
-full AS (
-	SELECT g.comm_hash, g.seq, g.t_first, g.op, g.cnt
+full AS MATERIALIZED (
+	SELECT g.comm_hash, g.seq, g.t_first, g.op, g.cnt,
+	       g.seq = min(g.seq) OVER (PARTITION BY g.comm_hash) AS first
 	FROM (SELECT s.comm_hash, s.seq, min(s.ts_ns - coalesce(k.offset_ns, 0)) AS t_first,
 		     sum(s.n) AS k, max(s.op) AS op, max(s.count) AS cnt
 	      FROM results s LEFT JOIN koff k ON k.node = s.node
@@ -107,7 +112,7 @@ full AS (
 -- pass. Where noise keeps every period under 90 %: the smallest period within 5 points of
 -- the best (a multiple of the step matches as well as the step), else 1 (the mean gap)
 pk(p) AS (SELECT 1 UNION ALL SELECT p + 1 FROM pk WHERE p < 64),
-fg AS (
+fg AS MATERIALIZED (
 	SELECT a.comm_hash, a.seq, a.op, a.cnt, b.t_first - a.t_first AS gap
 	FROM full a JOIN full b ON b.comm_hash = a.comm_hash AND b.seq = a.seq + 1
 ),
@@ -116,7 +121,10 @@ per AS (
 	       avg(a.op IS b.op AND a.cnt IS b.cnt
 		   AND abs(a.gap - b.gap) <= 0.25 * max(a.gap, b.gap) + 20000) AS m,
 	       count(*) AS k
-	FROM fg a CROSS JOIN pk JOIN fg b ON b.comm_hash = a.comm_hash AND b.seq = a.seq + pk.p
+	-- (the join order is the plan: each (seq, p) looks its partner up through an automatic
+	-- index on fg)
+	FROM fg a CROSS JOIN pk CROSS JOIN fg b
+	WHERE b.comm_hash = a.comm_hash AND b.seq = a.seq + pk.p
 	GROUP BY a.comm_hash, pk.p
 ),
 pbest AS (
@@ -146,7 +154,9 @@ ra AS (
 				  sum(j.value ->> 1), sum(j.value ->> 2), count(j.value ->> 2),
 				  max(j.value ->> 0) - min(j.value ->> 0), count(*))
 		FROM json_each(x.by_seq) j CROSS JOIN full f
-		WHERE f.seq = j.key + 0 AND f.comm_hash = x.comm_hash) AS a,
+		-- (not the span's first seq: its wait and CPU work were summed since the rank's
+		-- previous collective, before the window: a pause, a barrier, a checkpoint)
+		WHERE f.seq = j.key + 0 AND f.comm_hash = x.comm_hash AND NOT f.first) AS a,
 	       (SELECT median(value) FROM json_each(x.gap_list)) AS gap
 	FROM rk x LEFT JOIN koff k ON k.node = x.node LEFT JOIN nowr w ON w.node = x.node
 ),
@@ -181,7 +191,7 @@ cs AS (
 -- scale) and each signal's effect
 z AS (
 	SELECT r.*, cs.n, cs.step, cs.span AS cspan, cs.period, cs.nfull AS cnfull, cs.clock_err,
-	       cs.m_wait, cs.m_cpu,
+	       cs.m_wait, cs.m_cpu, iif(cs.n = 2, prm.peff, prm.eff) AS eff_n,
 	       max(prm.fl * cs.step, prm.fl_ns, coalesce(cs.clock_err, 0)) AS floor_late,
 	       CASE WHEN cs.n = 2 THEN robust_z(r.late, cs.s_late - r.late,
 					       max(prm.fl * cs.step, prm.fl_ns, coalesce(cs.clock_err, 0)))
@@ -259,7 +269,7 @@ gkps AS (
 -- however it is spread) and its median kernel (the consistent departure, which a few long
 -- outlier kernels do not move); the floors are :floor of the span, and of it per kernel
 gzz AS (
-	SELECT t.*, c.n AS gn,
+	SELECT t.*, c.n AS gn, iif(c.n = 2, prm.peff, prm.eff) AS eff_n,
 	       -CASE WHEN c.n = 2 THEN robust_z(t.tot, c.st - t.tot, max(prm.fl * c.gspan, prm.fl_ns))
 		     ELSE robust_z(t.tot, c.mt, max(c.dt, prm.fl * c.gspan, prm.fl_ns)) END AS zt,
 	       -CASE WHEN c.n = 2 THEN robust_z(t.med, c.s - t.med,
@@ -312,19 +322,19 @@ flags AS (
 	SELECT z.*,
 	       -- lateness on its own: well past the clock's uncertainty, and not shared by the
 	       -- other ranks of its host (a host whose clock is off makes all of them late)
-	       (z.z_late > prm.thr AND z.e_late >= prm.eff AND z.clock_err IS NOT NULL
+	       (z.z_late > prm.thr AND z.e_late >= z.eff_n AND z.clock_err IS NOT NULL
 		AND z.late >= prm.ck * z.clock_err
 		-- (its lateness behind the first rank of its own host, on one clock: asked only of a
 		-- rank whose lateness would count, one lookup per collective in hfull)
-		AND (z.on_host = 1 OR CASE WHEN z.z_late > prm.thr AND z.e_late >= prm.eff THEN
+		AND (z.on_host = 1 OR CASE WHEN z.z_late > prm.thr AND z.e_late >= z.eff_n THEN
 			(SELECT median(j.value ->> 0 - h.t_host)
 			 FROM rk x CROSS JOIN json_each(x.by_seq) j CROSS JOIN hfull h
 			 WHERE x.node = z.node AND x.comm_hash = z.comm_hash AND x.rank IS z.rank
 			   AND x.pid = z.pid AND h.seq = j.key + 0 AND h.comm_hash = z.comm_hash
 			   AND h.host = z.host)
-			>= max(0.5 * z.e_late * z.step, prm.eff * z.step) END)) AS f_late,
-	       (z.z_wait > prm.thr AND z.e_wait >= prm.eff) AS f_wait,
-	       (z.z_cpu > prm.thr AND z.e_cpu >= prm.eff) AS f_cpu
+			>= max(0.5 * z.e_late * z.step, z.eff_n * z.step) END)) AS f_late,
+	       (z.z_wait > prm.thr AND z.e_wait >= z.eff_n) AS f_wait,
+	       (z.z_cpu > prm.thr AND z.e_cpu >= z.eff_n) AS f_cpu
 	FROM z, prm
 ),
 -- progress: the newest collective of every rank over all time
@@ -369,27 +379,37 @@ ranks AS (
 v AS (
 	SELECT u.comm_hash, u.node, u.rank, u.pid,
 	       coalesce(f.nranks, g.nranks, h.nranks) AS nranks, coalesce(f.n, g.gn, 0) AS ranks,
-	       (g.z_gpu > prm.thr AND g.e_gpu >= prm.eff) AS f_gpu,
+	       (g.z_gpu > prm.thr AND g.e_gpu >= g.eff_n) AS f_gpu,
 	       -- a late enqueue counts only if its peers demonstrably waited for it: their
 	       -- kernels (where the GPU side is known), else their waits at least half as clearly
 	       -- (a CPU that runs ahead of its GPU enqueues late for free; a loaded host makes
 	       -- some rank late by a little, at no one's cost)
 	       f.f_late AND CASE WHEN g.z_gpu IS NOT NULL THEN g.z_gpu > prm.thr
-						     AND g.e_gpu >= prm.eff
+						     AND g.e_gpu >= g.eff_n
 				 ELSE f.z_wait > prm.thr / 2 END AS f_late,
 	       -- the same for its peers' synchronize waits, a proxy of what the kernels measure:
 	       -- where the GPU side is known it must see the rank arrive last too (a clean job
 	       -- on a loaded host has one rank's waits apart, its kernels like its peers')
 	       f.f_wait AND coalesce(g.z_gpu > prm.thr / 2, 1) AS f_wait,
-	       f.f_cpu, f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
+	       f.f_cpu,
+	       -- its CPU work stands out and its peers did not wait less than it: where
+	       -- contention blurs every wait, the work itself is the evidence (not for a pair:
+	       -- one rank of two does some more CPU work in many clean jobs, rank 0 above all)
+	       f.f_cpu AND f.z_wait > 0 AND coalesce(g.z_gpu, 0) >= 0 AND f.n <> 2 AS f_cpuv,
+	       f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
 	       g.peer_med, g.tot, g.gspan, h.hung, h.last_seq, h.age_ns, f.n AS fn, g.gn,
 	       -- two ranks: no population says what is usual, so a pair's consistent asymmetry
 	       -- (a pipeline stage's ranks wait on different neighbours) reads as a straggler on
-	       -- whichever side measures it; a pair's verdict needs every side it has to agree
-	       coalesce(f.n, g.gn) <> 2 OR (coalesce(g.z_gpu, 1) > 0 AND coalesce(f.z_wait, 1) > 0
-					    AND coalesce(f.z_late, 1) > 0) AS pair_ok
+	       -- whichever side measures it. A pair's verdict needs the rank to wait less than
+	       -- the other, clearly (a rank that arrives last because it waited on someone else
+	       -- does not), and no side it has to point the other way: its kernels not longer,
+	       -- its enqueues not clearly earlier (lateness is often nil: a blocking or bucketed
+	       -- job enqueues together after the first collective of a step)
+	       coalesce(f.n, g.gn) <> 2 OR (coalesce(g.z_gpu, 1) > 0
+					    AND coalesce(f.z_wait, prm.thr) > prm.thr / 2
+					    AND coalesce(f.z_late, 0) > -prm.thr / 2) AS pair_ok
 	FROM ranks u
 	LEFT JOIN flags f ON f.comm_hash = u.comm_hash AND f.node IS u.node
 			  AND f.rank IS u.rank AND f.pid IS u.pid
@@ -404,19 +424,16 @@ w AS (
 	       CASE WHEN v.hung THEN 'hung'
 		    WHEN NOT v.pair_ok THEN 'ok'
 		    WHEN v.f_late OR v.f_wait OR v.f_gpu THEN 'straggler'
-		    -- its CPU work stands out and its peers did not wait less than it: where
-		    -- contention blurs every wait, the work itself is the evidence
-		    WHEN v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0 THEN 'straggler'
+		    WHEN v.f_cpuv THEN 'straggler'
 		    ELSE 'ok' END AS verdict,
 	       coalesce(v.f_late, 0) + coalesce(v.f_wait, 0) + coalesce(v.f_gpu, 0) +
-		       coalesce(v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0, 0) AS nsig,
+		       coalesce(v.f_cpuv, 0) AS nsig,
 	       -- the effect is the peers' lost time: their kernels' wait where the GPU side is
 	       -- known, their synchronize waits, their CPU work's excess; lateness only where
 	       -- nothing else names the rank (a CPU running ahead of its GPU is late at no cost)
-	       CASE WHEN v.f_gpu OR v.f_wait
-			 OR (v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0)
+	       CASE WHEN v.f_gpu OR v.f_wait OR v.f_cpuv
 		    THEN max(iif(v.f_wait, v.e_wait, 0), iif(v.f_gpu, v.e_gpu, 0),
-			     iif(v.f_cpu AND v.z_wait > 0 AND coalesce(v.z_gpu, 0) >= 0, v.e_cpu, 0))
+			     iif(v.f_cpuv, v.e_cpu, 0))
 		    ELSE iif(v.f_late, v.e_late, 0) END AS eff_on,
 	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0)) AS eff_any
 	FROM v
@@ -424,7 +441,7 @@ w AS (
 SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        iif(verdict = 'ok', NULL, nullif(substr(iif(f_late, ',late', '') || iif(f_wait, ',wait', '') ||
 		     iif(f_gpu, ',gpu', '') ||
-		     iif(f_cpu AND (f_late OR f_wait OR f_gpu OR (z_wait > 0 AND coalesce(z_gpu, 0) >= 0)),
+		     iif(f_cpu AND (f_late OR f_wait OR f_gpu OR f_cpuv),
 			 ',cpu', ''), 2), ''))
 	       AS signals,
        CASE WHEN coalesce(fn, gn) = 2 THEN 'pair' WHEN coalesce(fn, gn) >= 3 THEN 'mad' END

@@ -34,6 +34,17 @@ CASES = {
     # entered the next collective 50 ms ago (as a barrier's first rank does, before the
     # other agents have stored theirs): its peers are behind, but nobody waited on them
     "ddp-clean2+idle": (None, 0.0),
+    # 2 ranks on 2 x H100 (BENCHMARKS.md "round 7"): no population, so a pair needs its
+    # wait to agree clearly and an effect past a pair's noise (:pair_effect)
+    "ddp2-clean15": (None, 0.0),  # named at 4.4 % on wait and CPU work, clean
+    # the first 2 s after a 7 s pause (rank 0 ran fleetq while rank 1 waited in a barrier):
+    # the first collective carries that wait, from before the window
+    "ddp2-pause": (None, 0.0),
+    # blocking collectives (CUDA_LAUNCH_BLOCKING=1): rank 1 sleeps 20 % of a step; both
+    # ranks enqueue every bucket but the first together, so lateness is nil on both
+    "blk2-stall20": (1, 16.3),
+    "blk2-clean1": (None, 0.0),   # named at 3.2 % on wait
+    "fsdp2-clean1": (None, 0.0),  # FSDP (fully_shard per layer), named at 3.2 % on lateness
 }
 IDLE_NS = 1_900_000_000
 # the change a case makes to the real rows: (node index, SQL)
