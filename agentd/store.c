@@ -776,6 +776,7 @@ void store_close(struct store *s)
 		sqlite3_close(s->db);
 	}
 	meta_free(s->meta);
+	roll_free(s);
 	free(s->ring);
 	free(s->path);
 	pthread_cond_destroy(&s->wake);

@@ -98,6 +98,8 @@ struct store {
 	dev_t roll_dev[ROLL_FILES];
 	ino_t roll_ino[ROLL_FILES];
 	int64_t next_roll_ns;
+	struct roll_meta *carry; /* the closed file's meta, for the next file */
+	int ncarry;
 	int in_txn;
 	int64_t nudged_txn; /* rows of the open batch whose ts_ns was moved */
 	int64_t next_retain_ns;
@@ -164,10 +166,11 @@ void ckpt_stop(struct store *s);
 /*
  * store_roll.c: roll_note() records the inodes of the file just opened; roll_check(), between
  * batches, closes a file renamed away and starts a new one at the path when the path is free
- * or empty (records are dropped while it is neither).
+ * or empty (records are dropped while it is neither); roll_free() frees the meta it carries.
  */
 void roll_note(struct store *s);
 void roll_check(struct store *s, int64_t now);
+void roll_free(struct store *s);
 
 /* store_retain.c */
 int exec_int(sqlite3 *db, const char *sql, int64_t *out);

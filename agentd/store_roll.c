@@ -14,7 +14,9 @@
  * WAL not its own.
  * Then the path goes through the door again: absent or empty, a new trace file
  * starts there; anything else is not written, records are dropped (counted)
- * and the writer looks again each second.
+ * and the writer looks again each second. The new file gets the old one's
+ * meta for the keys it does not set itself (probes, seq_semantics, gpu_status:
+ * set once by the tracer, read by HELLO and the analyses).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -32,6 +34,11 @@
 
 #define ROLL_CHECK_NS 1000000000LL
 
+struct roll_meta {
+	char *key;
+	sqlite3_value *v;
+};
+
 static const char *const sfx[ROLL_FILES] = { "", "-wal", "-shm" };
 
 void roll_note(struct store *s)
@@ -46,6 +53,70 @@ void roll_note(struct store *s)
 		s->roll_dev[i] = sb.st_dev;
 		s->roll_ino[i] = sb.st_ino;
 	}
+}
+
+void roll_free(struct store *s)
+{
+	for (int i = 0; i < s->ncarry; i++) {
+		free(s->carry[i].key);
+		sqlite3_value_free(s->carry[i].v);
+	}
+	free(s->carry);
+	s->carry = NULL;
+	s->ncarry = 0;
+}
+
+/* Keeps the meta of the file about to close, for the next (best effort: meta only). */
+static void carry_take(struct store *s)
+{
+	sqlite3_stmt *st = NULL;
+	int cap = 0;
+
+	roll_free(s);
+	if (sqlite3_prepare_v2(s->db, "SELECT key, value FROM meta", -1, &st, NULL) != SQLITE_OK)
+		return;
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		struct roll_meta m = { 0 };
+
+		if (s->ncarry == cap) {
+			struct roll_meta *c = realloc(s->carry, (size_t)(cap ? cap * 2 : 32) *
+								sizeof(*c));
+
+			if (!c)
+				break;
+			s->carry = c;
+			cap = cap ? cap * 2 : 32;
+		}
+		m.key = strdup((const char *)sqlite3_column_text(st, 0));
+		m.v = sqlite3_value_dup(sqlite3_column_value(st, 1));
+		if (!m.key || !m.v) {
+			free(m.key);
+			sqlite3_value_free(m.v);
+			break;
+		}
+		s->carry[s->ncarry++] = m;
+	}
+	sqlite3_finalize(st);
+}
+
+/* Writes the kept meta into the new file, under the keys it has not set. */
+static void carry_put(struct store *s)
+{
+	sqlite3_stmt *st = NULL;
+
+	if (s->ncarry && sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK) {
+		if (sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO meta (key, value) VALUES (?1, ?2)",
+				       -1, &st, NULL) == SQLITE_OK) {
+			for (int i = 0; i < s->ncarry; i++) {
+				sqlite3_bind_text(st, 1, s->carry[i].key, -1, SQLITE_STATIC);
+				sqlite3_bind_value(st, 2, s->carry[i].v);
+				step_reset(st);
+			}
+		}
+		sqlite3_finalize(st);
+		sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
+	}
+	roll_free(s);
 }
 
 /* The name the writer's file has now (by its inode, among this process's open files). */
@@ -134,10 +205,13 @@ void roll_check(struct store *s, int64_t now)
 	} else if (s->db && sb.st_dev == s->roll_dev[0] && sb.st_ino == s->roll_ino[0]) {
 		return;
 	}
-	if (s->db)
+	if (s->db) {
+		carry_take(s);
 		roll_close(s);
+	}
 	err = store_setup_db(s, &s->opts, &cause);
 	if (!err) {
+		carry_put(s);
 		ckpt_start(s, s->path);
 		roll_note(s);
 		log_line("trace store '%s': writing a new trace file there", s->path);

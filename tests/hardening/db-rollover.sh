@@ -5,7 +5,8 @@
 # served the path, and its WAL stayed at the path's names. Now:
 # - renamed away (the path free): the renamed file is closed whole (WAL
 #   checkpointed into it, no -wal left at the path) and stops growing; a new
-#   trace file starts at the path and queries see it grow;
+#   trace file starts at the path, with the tracer's meta, and queries see it
+#   grow;
 # - a user's file moved to the path: the writer does not write into it (not
 #   a byte changes; queries serve it read-only), says why once in its log, and
 #   starts a new trace there once the path is free again.
@@ -51,8 +52,11 @@ file_rows() { sqlite3 "$1" "SELECT count(*) FROM collectives"; }
 COUNT="SELECT count(*) FROM collectives"
 START="SELECT value FROM meta WHERE key = 'agent_start_ns'"
 
+PROBES="SELECT value FROM meta WHERE key = 'probes'"
 grows "$COUNT" "before any rename"
 start0=$(served "$START")
+probes0=$(served "$PROBES")
+[ -n "$probes0" ] || fail "no meta 'probes' before the rename"
 
 # 1. renamed away, the path left free
 mv "$DB" "$DB.1"
@@ -62,6 +66,7 @@ log_has a "trace store '$DB': writing a new trace file there"
 grows "$COUNT" "after the rename"
 start1=$(served "$START")
 [ "$start1" != "$start0" ] || fail "queries still serve the renamed file"
+[ "$(served "$PROBES")" = "$probes0" ] || fail "the new file lacks the tracer's meta 'probes'"
 sleep 1.5 # the writer's rows would show in the renamed file by now
 [ ! -e "$DB.1-wal" ] || [ ! -s "$DB.1-wal" ] || fail "the renamed file kept a WAL"
 n1=$(file_rows "$DB.1")
