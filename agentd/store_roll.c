@@ -102,11 +102,11 @@ static void carry_take(struct store *s)
 /* Writes the kept meta into the new file, under the keys it has not set. */
 static void carry_put(struct store *s)
 {
+	static const char sql[] = "INSERT OR IGNORE INTO meta (key, value) VALUES (?1, ?2)";
 	sqlite3_stmt *st = NULL;
 
 	if (s->ncarry && sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK) {
-		if (sqlite3_prepare_v2(s->db, "INSERT OR IGNORE INTO meta (key, value) VALUES (?1, ?2)",
-				       -1, &st, NULL) == SQLITE_OK) {
+		if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK) {
 			for (int i = 0; i < s->ncarry; i++) {
 				sqlite3_bind_text(st, 1, s->carry[i].key, -1, SQLITE_STATIC);
 				sqlite3_bind_value(st, 2, s->carry[i].v);

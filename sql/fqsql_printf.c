@@ -118,11 +118,11 @@ static int64_t char_repeats(const char *f, int argc, sqlite3_value **argv)
 /* The statement that runs SQLite's printf with argc arguments; NULL when it cannot. */
 static sqlite3_stmt *runner_stmt(struct fmt_runner *r, int argc)
 {
+	const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
 	char *sql;
 	int len;
 
-	if (!r->db && sqlite3_open_v2(":memory:", &r->db, SQLITE_OPEN_READWRITE |
-				      SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+	if (!r->db && sqlite3_open_v2(":memory:", &r->db, flags, NULL) != SQLITE_OK) {
 		sqlite3_close(r->db);
 		r->db = NULL;
 		return NULL;

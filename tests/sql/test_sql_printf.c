@@ -30,7 +30,8 @@ static char *eval(sqlite3 *db, const char *expr, int *rc_out)
 	if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
 		const unsigned char *t = sqlite3_column_text(st, 0);
 
-		out = sqlite3_mprintf("%d:%s", sqlite3_column_type(st, 0), t ? (const char *)t : "");
+		out = sqlite3_mprintf("%d:%s", sqlite3_column_type(st, 0),
+				      t ? (const char *)t : "");
 		rc = SQLITE_OK;
 	} else {
 		out = sqlite3_mprintf("E%d", rc);
