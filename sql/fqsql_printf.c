@@ -9,9 +9,11 @@
  * printf('%.2000000000c', 'x') spent 12 s returning NULL past a 1 s deadline.
  * So a call whose %c precisions add up past the length limit (its result
  * would be over it anyway) fails at once with SQLITE_TOOBIG, which leaves at
- * most the limit's worth of repeats to any call; and once the query's budget
- * refused an allocation or its deadline passed, every later call fails at
- * once with SQLITE_NOMEM, so a row of many calls stops at the first.
+ * most the limit's worth of repeats to any call; and once the query's deadline
+ * passed (or the query was stopped), every later call fails at once with
+ * SQLITE_NOMEM, as a refused allocation would, so a row of many calls that
+ * each allocate too little to meet the budget's own deadline check stops at
+ * the first.
  *
  * A call that passes runs SQLite's printf unchanged, on a private in-memory
  * connection: the query connection's own function hides the built-in of the
@@ -160,7 +162,8 @@ static void bounded_printf(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 	sqlite3_stmt *st;
 	int rc, i;
 
-	if (fqsql_mem_hit() || fqsql_mem_expired()) {
+	/* A refused allocation needs no check here: it ends this call's statement by itself */
+	if (fqsql_mem_expired()) {
 		sqlite3_result_error_nomem(ctx);
 		return;
 	}
@@ -192,11 +195,21 @@ static void bounded_printf(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 			break;
 		}
 	}
-	if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-		sqlite3_result_value(ctx, sqlite3_column_value(st, 0));
-	else if (rc == SQLITE_OK)
+	/* Text or NULL. sqlite3_result_value() would drop a failed copy's error: this reports it */
+	if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
+	    sqlite3_column_type(st, 0) != SQLITE_NULL)
+		sqlite3_result_text64(ctx, (const char *)sqlite3_column_text(st, 0),
+				      (sqlite3_uint64)sqlite3_column_bytes(st, 0), SQLITE_TRANSIENT,
+				      SQLITE_UTF8);
+	/*
+	 * An allocation refused inside SQLite's printf gives NULL and marks the
+	 * connection, which reset reports: on the query's own connection it would
+	 * have ended the statement, so it does.
+	 */
+	if (rc == SQLITE_OK)
 		rc = sqlite3_reset(st);
-	sqlite3_reset(st);
+	else
+		sqlite3_reset(st);
 	sqlite3_clear_bindings(st);
 	if (rc == SQLITE_NOMEM)
 		sqlite3_result_error_nomem(ctx);

@@ -3,7 +3,8 @@
  * printf() and format() on guarded connections (sql/fqsql_printf.c): the same
  * answers as SQLite's own for every format that fits the value limit (compared
  * on a plain connection), SQLITE_TOOBIG at once for %c precisions that add up
- * past it, and SQLITE_NOMEM at once past the query's deadline.
+ * past it, and SQLITE_NOMEM at once past the query's deadline or at the call
+ * its memory budget refused.
  * usage: test_sql_printf WORKDIR
  */
 #include <time.h>
@@ -131,6 +132,21 @@ static void test_deadline(sqlite3 *guarded)
 	fqsql_mem_end();
 }
 
+/* A row of calls over the memory budget ends at the call the budget refused, as SQLite's. */
+static void test_budget(sqlite3 *guarded)
+{
+	int rc;
+	char *g;
+
+	CHECK(fqsql_mem_begin(14 << 20, 0) == 0, "budget");
+	g = eval(guarded, "printf('%.*c', 6000000, 'a'), printf('%.*c', 6000000, 'b'), "
+		 "printf('%.*c', 6000000, 'c'), printf('%.*c', 6000000, 'd')", &rc);
+	CHECK(rc == SQLITE_NOMEM && fqsql_mem_hit() == FQSQL_MEM_QUERY,
+	      "24 MB in a row under a 14 MiB budget: got '%.20s', hit %d", g, fqsql_mem_hit());
+	sqlite3_free(g);
+	fqsql_mem_end();
+}
+
 int main(int argc, char **argv)
 {
 	struct fqsql_limits lim = { .max_length = 16 << 20 };
@@ -156,6 +172,7 @@ int main(int argc, char **argv)
 		test_same(guarded, plain);
 		test_toobig(guarded);
 		test_deadline(guarded);
+		test_budget(guarded);
 		fqsql_close(guarded);
 	}
 	sqlite3_close(plain);
