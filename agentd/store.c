@@ -352,8 +352,11 @@ static void txn_end(struct store *s, int rc)
 
 static int txn_begin(struct store *s)
 {
-	int rc = step_reset(s->st[ST_BEGIN]);
+	int rc;
 
+	if (!s->db)
+		return SQLITE_CANTOPEN; /* no file to write: store_roll.c said why */
+	rc = step_reset(s->st[ST_BEGIN]);
 	if (rc != SQLITE_OK) {
 		write_failed(s, rc);
 		return rc;
@@ -544,6 +547,7 @@ static void *writer_main(void *arg)
 			s->committed = s->wr_head;
 			pthread_cond_broadcast(&s->done);
 			pthread_mutex_unlock(&s->mu);
+			roll_check(s, now);
 			if (retain_due(s, retain_req, now))
 				retain_run(s, retain_req);
 		}
@@ -620,6 +624,7 @@ struct store *store_open(const struct store_opts *o, char **cause)
 	if (cap < 2)
 		cap = 2;
 	s->mask = cap - 1;
+	s->opts = *o;
 	s->path = strdup(o->path);
 	s->ring = aligned_alloc(64, cap * sizeof(struct slot));
 	if (!s->path || !s->ring) {
@@ -636,6 +641,8 @@ struct store *store_open(const struct store_opts *o, char **cause)
 	if (err)
 		goto fail;
 	ckpt_start(s, o->path);
+	roll_note(s);
+	s->next_roll_ns = clock_ns(CLOCK_MONOTONIC) + 1000000000LL;
 
 	err = -pthread_create(&s->thread, NULL, writer_main, s);
 	if (err) {
@@ -769,6 +776,7 @@ void store_close(struct store *s)
 		sqlite3_close(s->db);
 	}
 	meta_free(s->meta);
+	roll_free(s);
 	free(s->ring);
 	free(s->path);
 	pthread_cond_destroy(&s->wake);

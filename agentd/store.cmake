@@ -14,6 +14,7 @@ add_library(agentd_store STATIC
   ${CMAKE_CURRENT_LIST_DIR}/store_schema.c
   ${CMAKE_CURRENT_LIST_DIR}/store_ckpt.c
   ${CMAKE_CURRENT_LIST_DIR}/store_retain.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_roll.c
   ${CMAKE_CURRENT_LIST_DIR}/store_file.c
   ${CMAKE_CURRENT_LIST_DIR}/ib.c
   ${CMAKE_CURRENT_LIST_DIR}/syncwait.c

@@ -86,6 +86,7 @@ static void *ckpt_main(void *arg)
  */
 void ckpt_start(struct store *s, const char *path)
 {
+	s->ckpt_stop = false; /* started again after the file rolled over (store_roll.c) */
 	if (sqlite3_open_v2(path, &s->ckpt_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
 			    NULL) != SQLITE_OK ||
 	    sqlite3_exec(s->ckpt_db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL) != SQLITE_OK ||

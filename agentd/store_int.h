@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <sqlite3.h>
 
@@ -26,6 +27,9 @@
 /* ... and that make the writer wait for one, so the WAL starts over (32 MiB of 4 KiB
  * pages; journal_size_limit then truncates it) */
 #define CKPT_WAIT_PAGES 8192
+
+/* The store's file and its -wal and -shm, whose inodes store_roll.c follows */
+#define ROLL_FILES 3
 
 /* Tables keyed by ts_ns: key_tables[] in store.c */
 #define N_KEY_TABLES 5
@@ -76,6 +80,7 @@ struct store {
 	int64_t batch_ns;
 	int64_t retain_bytes, retain_age_s;
 	char *path;
+	struct store_opts opts; /* as opened: store_roll.c opens the path again with them */
 
 	sqlite3 *db;
 	sqlite3_stmt *st[ST_MAX];
@@ -88,7 +93,13 @@ struct store {
 	int wal_pages; /* frames in the WAL after the writer's last commit */
 
 	/* writer-only */
-	bool txn_open, failing, row_warned;
+	bool txn_open, failing, row_warned, roll_warned;
+	/* the file, -wal and -shm the writer opened (store_roll.c), and when to look again */
+	dev_t roll_dev[ROLL_FILES];
+	ino_t roll_ino[ROLL_FILES];
+	int64_t next_roll_ns;
+	struct roll_meta *carry; /* the closed file's meta, for the next file */
+	int ncarry;
 	int in_txn;
 	int64_t nudged_txn; /* rows of the open batch whose ts_ns was moved */
 	int64_t next_retain_ns;
@@ -151,6 +162,15 @@ int store_schema_check(sqlite3 *db, const char *path, char **cause);
 void ckpt_request(struct store *s, bool wait);
 void ckpt_start(struct store *s, const char *path);
 void ckpt_stop(struct store *s);
+
+/*
+ * store_roll.c: roll_note() records the inodes of the file just opened; roll_check(), between
+ * batches, closes a file renamed away and starts a new one at the path when the path is free
+ * or empty (records are dropped while it is neither); roll_free() frees the meta it carries.
+ */
+void roll_note(struct store *s);
+void roll_check(struct store *s, int64_t now);
+void roll_free(struct store *s);
 
 /* store_retain.c */
 int exec_int(sqlite3 *db, const char *sql, int64_t *out);

@@ -176,7 +176,7 @@ void retain_run(struct store *s, uint64_t retain_req)
 
 	/* a background pass does one bounded round; store_retain_now finishes the job */
 	do
-		rc = retain_pass(s, &more);
+		rc = s->db ? retain_pass(s, &more) : SQLITE_CANTOPEN; /* no file: store_roll.c */
 	while (rc == SQLITE_OK && more && retain_req > s->retain_done && ++passes < 1000);
 	s->next_retain_ns = clock_ns(CLOCK_MONOTONIC) + (more ? 0 : RETAIN_INTERVAL_NS);
 	pthread_mutex_lock(&s->mu);

@@ -17,6 +17,10 @@
  * robust_z(x, median, mad) and friends on db. Returns 0 or -errno. */
 int fqsql_register(sqlite3 *db);
 
+/* Replaces printf() and format() on db with SQLite's own behind a bound on what one call
+ * may cost (fqsql_printf.c); fqsql_open_readonly() applies it. Returns 0 or -errno. */
+int fqsql_register_printf(sqlite3 *db);
+
 /*
  * Definitions (docs/schema.md has them in full): percentile(x, p) is numpy's
  * default 'linear' method, p in [0, 100]; median = percentile 50; p999 = 99.9;
@@ -55,6 +59,9 @@ int fqsql_mem_install(int64_t total);
 int fqsql_mem_begin(int64_t limit, int64_t deadline_ns); /* 0, -EINVAL, -ENOMEM */
 void fqsql_mem_set_deadline(int64_t deadline_ns);
 int fqsql_mem_hit(void);      /* 0 or the enum fqsql_mem_hit that refused an allocation */
+/* 1 when the open budget's deadline passed or it was stopped (fqsql_mem_hit() then says
+ * which), as if an allocation had been refused; 0 otherwise or without a budget. */
+int fqsql_mem_expired(void);
 int64_t fqsql_mem_peak(void); /* most bytes the open budget held at once */
 void fqsql_mem_end(void);
 int64_t fqsql_mem_total(void); /* bytes charged to budgets, open or not, now */

@@ -364,6 +364,8 @@ int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite
 		goto fail;
 	}
 	ret = fqsql_register(db);
+	if (!ret)
+		ret = fqsql_register_printf(db);
 	if (ret < 0) {
 		fq_fail(cause, ret, "cannot register SQL functions on '%s': %s", path,
 			strerror(-ret));

@@ -262,6 +262,21 @@ void fqsql_mem_stop(struct fqsql_budget *b)
 	__atomic_store_n(&b->deadline_ns, 1, __ATOMIC_RELAXED);
 }
 
+int fqsql_mem_expired(void)
+{
+	struct fqsql_budget *b = cur;
+	int64_t deadline;
+
+	if (!b)
+		return 0;
+	deadline = __atomic_load_n(&b->deadline_ns, __ATOMIC_RELAXED);
+	if (!deadline || clock_ns(CLOCK_MONOTONIC) < deadline)
+		return 0;
+	b->hit = __atomic_load_n(&b->stopped, __ATOMIC_RELAXED) ? FQSQL_MEM_STOPPED
+								 : FQSQL_MEM_DEADLINE;
+	return 1;
+}
+
 int fqsql_mem_hit(void)
 {
 	return cur ? cur->hit : 0;
