@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # --job selects a job's processes, not their pids: two nodes ran three jobs one after another,
 # the same pids each time (as on a box whose pids wrap, or the stand-in's runs). Served by real
-# agents, `stragglers`, its evidence, `netcheck` and `timeline` with --job see that job's
-# communicators and ranks only:
+# agents, `stragglers`, its evidence, `netcheck`, `timeline` and `gate` with --job see that
+# job's communicators and ranks only:
 #   job 101: ranks 0-3 on node0, 4-7 on node1, rank 6 slow; exited
 #   job 202: the same pids, ranks 4-7 on node0, 0-3 on node1, rank 5 slow; its exit was never
 #            recorded (exit_ns NULL: agentd was down), so it ends where the next process of
@@ -120,5 +120,17 @@ for f in stragglers netcheck timeline why; do
 		[ "$got" = "${2:-NULL}" ] || fail "$f.node.sql, job $1: '$got', want '${2:-NULL}'"
 	done
 done
+
+# gate: the metrics see the job's rows only
+fq -w "$HOSTS" gate --since 2m --job 101 --save "$T/gate.json" \
+	--metric "comms=SELECT count(DISTINCT comm_hash) FROM collectives" \
+	--metric "kernel_comms=SELECT count(DISTINCT nccl_comm) FROM nccl_kernels" \
+	--metric "syncs=SELECT count(*) FROM cuda_calls WHERE kind = 'sync'"
+expect_rc 0 "gate --job 101"
+python3 -c '
+import json, sys
+m = {x["name"]: x["series"][0]["values"] for x in json.load(open(sys.argv[1]))["metrics"]}
+assert m == {"comms": [1.0], "kernel_comms": [1.0], "syncs": [800.0]}, m
+' "$T/gate.json" || fail "gate --job 101: $(cat "$T/gate.json")"
 
 echo PASS
