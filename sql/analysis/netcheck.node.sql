@@ -42,7 +42,9 @@ jobproc AS MATERIALIZED (
 			p.start_ns - 1000000000) AS lo,
 	       coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q
 				    WHERE q.pid = p.pid AND q.start_ns > p.start_ns),
-			9223372036854775807) AS hi
+			9223372036854775807) AS hi,
+	       NOT EXISTS (SELECT 1 FROM processes q
+			   WHERE q.pid = p.pid AND q.job_id IS NOT p.job_id) AS sole
 	FROM processes p, prm WHERE p.job_id = prm.job
 ),
 -- (collectives only: Send/Recv number their own seqs, apart from the collectives of the
@@ -52,8 +54,9 @@ coll AS NOT MATERIALIZED (
 	SELECT c.* FROM collectives c, prm
 	WHERE c.op NOT IN ('Send', 'Recv')
 	  AND (prm.comm IS NULL OR c.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR EXISTS (SELECT 1 FROM jobproc j
-					  WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))
+	  AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))
 ),
 -- every (pid, comm_hash, rank) and its newest seq, by skipping through the partial index
 -- collectives_key: as in stragglers.node.sql
@@ -85,8 +88,9 @@ mark AS (
 	FROM keys CROSS JOIN collectives k CROSS JOIN prm
 	WHERE k.rowid = keys.id
 	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR EXISTS (SELECT 1 FROM jobproc j
-					  WHERE j.pid = k.pid AND k.ts_ns BETWEEN j.lo AND j.hi))
+	  AND (prm.job IS NULL OR k.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = k.pid AND k.ts_ns BETWEEN j.lo AND j.hi))
 ),
 newest AS (
 	SELECT m.comm_hash,

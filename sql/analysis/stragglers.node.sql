@@ -67,7 +67,9 @@ prm AS (
 -- the job's processes, each over its own life, not its pid: pids are reused. From its start
 -- (less a second: start_ns is its fork, read on CLOCK_BOOTTIME, while events are read on
 -- another clock; never before the previous process of the pid ended) to its exit (unrecorded:
--- until the next process of the pid began). A process without a job_id is no job's.
+-- until the next process of the pid began). A process without a job_id is no job's. sole: no
+-- process outside the job had the pid, so its rows are the job's by pid alone (an IN probe per
+-- row, where the time check costs a subquery: kw reads every kernel of an all-time window).
 jobproc AS MATERIALIZED (
 	SELECT p.pid,
 	       coalesce(max(p.start_ns - 1000000000,
@@ -76,7 +78,9 @@ jobproc AS MATERIALIZED (
 			p.start_ns - 1000000000) AS lo,
 	       coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q
 				    WHERE q.pid = p.pid AND q.start_ns > p.start_ns),
-			9223372036854775807) AS hi
+			9223372036854775807) AS hi,
+	       NOT EXISTS (SELECT 1 FROM processes q
+			   WHERE q.pid = p.pid AND q.job_id IS NOT p.job_id) AS sole
 	FROM processes p, prm WHERE p.job_id = prm.job
 ),
 -- collectives of the job and communicator asked for, over all time
@@ -87,8 +91,9 @@ coll AS NOT MATERIALIZED (
 	SELECT c.* FROM collectives c, prm
 	WHERE c.op NOT IN ('Send', 'Recv')
 	  AND (prm.comm IS NULL OR c.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR EXISTS (SELECT 1 FROM jobproc j
-					  WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))
+	  AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))
 ),
 -- one collective (its rowid) of every distinct (pid, comm_hash, rank), found by skipping
 -- through the partial index collectives_key (pid, comm_hash, rank, seq) WHERE seq % 64 = 0
@@ -124,8 +129,9 @@ mark AS (
 	FROM keys CROSS JOIN collectives k CROSS JOIN prm
 	WHERE k.rowid = keys.id
 	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR EXISTS (SELECT 1 FROM jobproc j
-					  WHERE j.pid = k.pid AND k.ts_ns BETWEEN j.lo AND j.hi))
+	  AND (prm.job IS NULL OR k.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = k.pid AND k.ts_ns BETWEEN j.lo AND j.hi))
 ),
 -- newest collective (max seq) of every (communicator, rank, process) of the job and
 -- communicator asked for
@@ -183,8 +189,9 @@ kw AS MATERIALIZED (
 	FROM prm CROSS JOIN nccl_kernels k
 	WHERE k.ts_ns >= prm.since_ns AND k.gpu_dur_ns IS NOT NULL
 	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm OR k.nccl_comm = prm.comm)
-	  AND (prm.job IS NULL OR EXISTS (SELECT 1 FROM jobproc j
-					  WHERE j.pid = k.pid AND k.ts_ns BETWEEN j.lo AND j.hi))
+	  AND (prm.job IS NULL OR k.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = k.pid AND k.ts_ns BETWEEN j.lo AND j.hi))
 ),
 kcut AS (
 	SELECT kw.nccl_comm, kw.op, max(kw.seq) - prm.max_seqs AS seq

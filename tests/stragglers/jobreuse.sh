@@ -5,10 +5,10 @@
 # agents, `stragglers`, its evidence, `netcheck`, `timeline` and `gate` with --job see that
 # job's communicators and ranks only:
 #   job 101: ranks 0-3 on node0, 4-7 on node1, rank 6 slow; exited
-#   job 202: the same pids, ranks 4-7 on node0, 0-3 on node1, rank 5 slow; its exit was never
-#            recorded (exit_ns NULL: agentd was down), so it ends where the next process of
-#            its pid begins
-#   no job:  the same pids again, no job_id, rank 2 slow: never matches any --job
+#   job 202: ranks 4-7 on node0 (the same pids), 0-3 on node1 (pids of its own), rank 5 slow;
+#            its exit was never recorded (exit_ns NULL: agentd was down), so on node0 it ends
+#            where the next process of its pid begins
+#   no job:  101's pids again, no job_id, rank 2 slow: never matches any --job
 . "$(dirname "$0")/../e2e/lib.sh"
 
 command -v sqlite3 >/dev/null || { echo "SKIP: no sqlite3"; exit 77; }
@@ -35,8 +35,16 @@ for k in 0 1; do
 	gen $k b $B $((4 - 4 * k)) --seed 12 --job-id 202 --slow-rank 5 --slow-pct 20
 	gen $k c $C $((4 * k)) --seed 13 --job-id none --slow-rank 2 --slow-pct 20
 	db=$T/a-n$k.db
+	if [ $k = 1 ]; then
+		# on node1 job 202 has pids of its own (so its rows match by pid alone), and 101's
+		# are reused by the run without a job id only
+		for t in processes comms collectives cuda_calls offcpu nccl_kernels; do
+			echo "UPDATE $t SET pid = pid + 1;"
+		done | sqlite3 "$T/b-n$k.db" || fail "cannot move job 202's pids"
+	fi
 	# job 101 exited half a second after its last collective; the third run has no job id
-	sqlite3 "$db" "UPDATE processes SET exit_ns = (SELECT max(ts_ns) FROM collectives) + 500000000;
+	sqlite3 "$db" "UPDATE processes
+		SET exit_ns = (SELECT max(ts_ns) FROM collectives) + 500000000;
 		ATTACH '$T/b-n$k.db' AS b; ATTACH '$T/c-n$k.db' AS c;
 		INSERT INTO processes SELECT * FROM b.processes;
 		INSERT INTO processes SELECT pid, start_ns, exit_ns, exit_code, ppid, comm, cmdline,
@@ -44,10 +52,12 @@ for k in 0 1; do
 		fail "cannot merge node$k"
 	for t in comms collectives cuda_calls offcpu nccl_kernels; do
 		sqlite3 "$db" "ATTACH '$T/b-n$k.db' AS b; ATTACH '$T/c-n$k.db' AS c;
-			INSERT INTO main.$t SELECT * FROM b.$t; INSERT INTO main.$t SELECT * FROM c.$t" ||
+			INSERT INTO main.$t SELECT * FROM b.$t;
+			INSERT INTO main.$t SELECT * FROM c.$t" ||
 			fail "cannot merge $t of node$k"
 	done
-	[ "$(sqlite3 "$db" "SELECT count(DISTINCT pid), count(*) FROM processes")" = "4|12" ] ||
+	[ "$(sqlite3 "$db" "SELECT count(DISTINCT pid), count(*) FROM processes")" = \
+		"$((4 + 4 * k))|12" ] ||
 		fail "node$k: pids are not reused: $(sqlite3 "$db" "SELECT * FROM processes")"
 	start_agent "node$k" "$db" ca
 	eval "PORT$k=\$PORT"
