@@ -63,8 +63,7 @@ for k in 0 1; do
 	eval "PORT$k=\$PORT"
 	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
 done
-HASH_A=$(sqlite3 "$T/a-n0.db" "SELECT comm_hash FROM comms c JOIN processes p
-	ON p.pid = c.pid AND p.job_id = '101' LIMIT 1")
+HASH_A=$(sqlite3 "$T/a-n0.db" "SELECT comm_hash FROM comms ORDER BY ts_ns LIMIT 1")
 HASH_B=$(sqlite3 "$T/b-n0.db" "SELECT comm_hash FROM comms LIMIT 1")
 HASH_C=$(sqlite3 "$T/c-n0.db" "SELECT comm_hash FROM comms LIMIT 1")
 [ -n "$HASH_A" ] && [ "$HASH_A" != "$HASH_B" ] && [ "$HASH_B" != "$HASH_C" ] ||
