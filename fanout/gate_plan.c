@@ -15,6 +15,21 @@
 #include "fqsql.h"
 #include "strbuf.h"
 
+/*
+ * The job's processes, each over its own life, not its pid (pids are reused), as
+ * sql/analysis/stragglers.node.sql's jobproc: from its start (less a second: start_ns is
+ * read on another clock than the events; never before the previous process of the pid
+ * ended) to its exit (unrecorded: until the next process of the pid began).
+ */
+static const char job_proc[] =
+	"WITH jobproc AS MATERIALIZED (SELECT p.pid, "
+	"coalesce(max(p.start_ns - 1000000000, (SELECT max(coalesce(q.exit_ns, p.start_ns - 1)) "
+	"+ 1 FROM processes q WHERE q.pid = p.pid AND q.start_ns < p.start_ns)), "
+	"p.start_ns - 1000000000) AS lo, "
+	"coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q WHERE q.pid = p.pid "
+	"AND q.start_ns > p.start_ns), 9223372036854775807) AS hi "
+	"FROM processes p WHERE p.job_id = ?2) ";
+
 static int read_auth(void *arg, int action, const char *a1, const char *a2, const char *db,
 		     const char *trigger)
 {
@@ -201,12 +216,15 @@ out:
  * The node-side SQL for one table: the columns some metric reads, in the window (?1: its
  * start, on the node's clock; NULL: all time) and the job (?2: SLURM_JOB_ID; NULL: all).
  * Both parameters appear in every statement: the agent binds all it is sent.
+ * A row is the job's when its process was, at its ts_ns: pids are reused (job_proc).
  */
 char *gate_fetch_sql(const struct table *t)
 {
 	struct strbuf b = STRBUF_INIT;
 	int first = 1;
 
+	if (t->has_pid && t->has_ts)
+		sb_puts(&b, job_proc);
 	sb_puts(&b, "SELECT ");
 	for (int k = 0; k < t->ncols; k++)
 		if (t->need & 1u << k) {
@@ -222,6 +240,10 @@ char *gate_fetch_sql(const struct table *t)
 		sb_puts(&b, "(?1 IS NULL OR 1)");
 	if (!strcmp(t->name, "processes"))
 		sb_puts(&b, " AND (?2 IS NULL OR job_id = ?2)");
+	else if (t->has_pid && t->has_ts)
+		sb_printf(&b, " AND (?2 IS NULL OR EXISTS (SELECT 1 FROM jobproc j WHERE j.pid = "
+			      "\"%s\".pid AND \"%s\".ts_ns BETWEEN j.lo AND j.hi))",
+			  t->name, t->name);
 	else if (t->has_pid)
 		sb_puts(&b, " AND (?2 IS NULL OR pid IN (SELECT pid FROM processes WHERE job_id = "
 			    "?2))");

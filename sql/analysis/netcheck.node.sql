@@ -32,8 +32,20 @@ prm AS (
 	       CASE WHEN :max_seqs > 0 THEN :max_seqs END AS max_seqs,
 	       100 * (1 - coalesce(:slow_frac, 0.1)) AS pct
 ),
-jobpid AS (
-	SELECT DISTINCT p.pid FROM processes p, prm WHERE p.job_id = prm.job
+-- the job's processes, each over its own life, not its pid (pids are reused): as in
+-- stragglers.node.sql
+jobproc AS MATERIALIZED (
+	SELECT p.pid,
+	       coalesce(max(p.start_ns - 1000000000,
+			    (SELECT max(coalesce(q.exit_ns, p.start_ns - 1)) + 1 FROM processes q
+			     WHERE q.pid = p.pid AND q.start_ns < p.start_ns)),
+			p.start_ns - 1000000000) AS lo,
+	       coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q
+				    WHERE q.pid = p.pid AND q.start_ns > p.start_ns),
+			9223372036854775807) AS hi,
+	       NOT EXISTS (SELECT 1 FROM processes q
+			   WHERE q.pid = p.pid AND q.job_id IS NOT p.job_id) AS sole
+	FROM processes p, prm WHERE p.job_id = prm.job
 ),
 -- (collectives only: Send/Recv number their own seqs, apart from the collectives of the
 -- same communicator, so they never line up across ranks by seq; every 'last', newest
@@ -42,7 +54,9 @@ coll AS NOT MATERIALIZED (
 	SELECT c.* FROM collectives c, prm
 	WHERE c.op NOT IN ('Send', 'Recv')
 	  AND (prm.comm IS NULL OR c.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR c.pid IN jobpid)
+	  AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))
 ),
 -- every (pid, comm_hash, rank) and its newest seq, by skipping through the partial index
 -- collectives_key: as in stragglers.node.sql
@@ -74,7 +88,9 @@ mark AS (
 	FROM keys CROSS JOIN collectives k CROSS JOIN prm
 	WHERE k.rowid = keys.id
 	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR k.pid IN jobpid)
+	  AND (prm.job IS NULL OR k.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = k.pid AND k.ts_ns BETWEEN j.lo AND j.hi))
 ),
 newest AS (
 	SELECT m.comm_hash,

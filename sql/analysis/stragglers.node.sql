@@ -64,8 +64,24 @@ prm AS (
 	       CASE WHEN :max_seqs > 0 THEN :max_seqs END AS max_seqs,
 	       coalesce(:now_ns, CAST((julianday('now') - 2440587.5) * 86400e9 AS INTEGER)) AS now_ns
 ),
-jobpid AS (
-	SELECT DISTINCT p.pid FROM processes p, prm WHERE p.job_id = prm.job
+-- the job's processes, each over its own life, not its pid: pids are reused. From its start
+-- (less a second: start_ns is its fork, read on CLOCK_BOOTTIME, while events are read on
+-- another clock; never before the previous process of the pid ended) to its exit (unrecorded:
+-- until the next process of the pid began). A process without a job_id is no job's. sole: no
+-- process outside the job had the pid, so its rows are the job's by pid alone (an IN probe per
+-- row, where the time check costs a subquery: kw reads every kernel of an all-time window).
+jobproc AS MATERIALIZED (
+	SELECT p.pid,
+	       coalesce(max(p.start_ns - 1000000000,
+			    (SELECT max(coalesce(q.exit_ns, p.start_ns - 1)) + 1 FROM processes q
+			     WHERE q.pid = p.pid AND q.start_ns < p.start_ns)),
+			p.start_ns - 1000000000) AS lo,
+	       coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q
+				    WHERE q.pid = p.pid AND q.start_ns > p.start_ns),
+			9223372036854775807) AS hi,
+	       NOT EXISTS (SELECT 1 FROM processes q
+			   WHERE q.pid = p.pid AND q.job_id IS NOT p.job_id) AS sole
+	FROM processes p, prm WHERE p.job_id = prm.job
 ),
 -- collectives of the job and communicator asked for, over all time
 -- (collectives only: Send/Recv number their own seqs, apart from the collectives of the
@@ -75,7 +91,9 @@ coll AS NOT MATERIALIZED (
 	SELECT c.* FROM collectives c, prm
 	WHERE c.op NOT IN ('Send', 'Recv')
 	  AND (prm.comm IS NULL OR c.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR c.pid IN jobpid)
+	  AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))
 ),
 -- one collective (its rowid) of every distinct (pid, comm_hash, rank), found by skipping
 -- through the partial index collectives_key (pid, comm_hash, rank, seq) WHERE seq % 64 = 0
@@ -111,7 +129,9 @@ mark AS (
 	FROM keys CROSS JOIN collectives k CROSS JOIN prm
 	WHERE k.rowid = keys.id
 	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR k.pid IN jobpid)
+	  AND (prm.job IS NULL OR k.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = k.pid AND k.ts_ns BETWEEN j.lo AND j.hi))
 ),
 -- newest collective (max seq) of every (communicator, rank, process) of the job and
 -- communicator asked for
@@ -165,11 +185,13 @@ win AS MATERIALIZED (
 -- communicator, op): NCCL numbers each op apart
 kw AS MATERIALIZED (
 	SELECT k.nccl_comm, k.comm_hash, k.op, k.seq, k.rank, k.nranks, k.pid, k.gpu_start_ns,
-	       k.gpu_dur_ns
+	       k.gpu_dur_ns, k.ts_ns
 	FROM prm CROSS JOIN nccl_kernels k
 	WHERE k.ts_ns >= prm.since_ns AND k.gpu_dur_ns IS NOT NULL
 	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm OR k.nccl_comm = prm.comm)
-	  AND (prm.job IS NULL OR k.pid IN jobpid)
+	  AND (prm.job IS NULL OR k.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = k.pid AND k.ts_ns BETWEEN j.lo AND j.hi))
 ),
 kcut AS (
 	SELECT kw.nccl_comm, kw.op, max(kw.seq) - prm.max_seqs AS seq
@@ -184,14 +206,16 @@ UNION ALL
 SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NULL, count(*),
        json_group_object(seq, json_array(ts_ns, coalesce(sync_ns, 0) + dur_ns, cpu_ns)),
        json_group_array(gap_ns), NULL, NULL, NULL, NULL,
-       (SELECT p.rank FROM processes p WHERE p.pid = win.pid ORDER BY p.start_ns DESC LIMIT 1)
+       (SELECT p.rank FROM processes p WHERE p.pid = win.pid
+	  AND p.start_ns <= (SELECT min(win.ts_ns)) + 1000000000 ORDER BY p.start_ns DESC LIMIT 1)
 FROM win GROUP BY comm_hash, rank, pid, seq / 65536
 UNION ALL
 SELECT 'kern', max(k.comm_hash), k.rank, max(k.nranks), k.pid, NULL, max(k.seq), k.op, NULL,
        NULL, count(*), NULL, NULL, k.nccl_comm,
        json_group_object(k.seq, k.gpu_dur_ns), max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns),
        NULL,
-       (SELECT p.rank FROM processes p WHERE p.pid = k.pid ORDER BY p.start_ns DESC LIMIT 1)
+       (SELECT p.rank FROM processes p WHERE p.pid = k.pid
+	  AND p.start_ns <= (SELECT min(k.ts_ns)) + 1000000000 ORDER BY p.start_ns DESC LIMIT 1)
 FROM kw k JOIN kcut u ON u.nccl_comm = k.nccl_comm AND u.op IS k.op
 WHERE k.seq > coalesce(u.seq, -1)
 GROUP BY k.nccl_comm, k.op, k.rank, k.pid, k.seq / 65536

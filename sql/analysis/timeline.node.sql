@@ -32,8 +32,20 @@ prm AS (
 	       CASE WHEN :max_seqs > 0 THEN :max_seqs END AS max_seqs,
 	       coalesce(:now_ns, CAST((julianday('now') - 2440587.5) * 86400e9 AS INTEGER)) AS now_ns
 ),
-jobpid AS (
-	SELECT DISTINCT p.pid FROM processes p, prm WHERE p.job_id = prm.job
+-- the job's processes, each over its own life, not its pid (pids are reused): as in
+-- stragglers.node.sql
+jobproc AS MATERIALIZED (
+	SELECT p.pid,
+	       coalesce(max(p.start_ns - 1000000000,
+			    (SELECT max(coalesce(q.exit_ns, p.start_ns - 1)) + 1 FROM processes q
+			     WHERE q.pid = p.pid AND q.start_ns < p.start_ns)),
+			p.start_ns - 1000000000) AS lo,
+	       coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q
+				    WHERE q.pid = p.pid AND q.start_ns > p.start_ns),
+			9223372036854775807) AS hi,
+	       NOT EXISTS (SELECT 1 FROM processes q
+			   WHERE q.pid = p.pid AND q.job_id IS NOT p.job_id) AS sole
+	FROM processes p, prm WHERE p.job_id = prm.job
 ),
 -- collectives of the job and communicator asked for, over all time
 -- (collectives only: Send/Recv number their own seqs, apart from the collectives of the
@@ -43,7 +55,9 @@ coll AS NOT MATERIALIZED (
 	SELECT c.* FROM collectives c, prm
 	WHERE c.op NOT IN ('Send', 'Recv')
 	  AND (prm.comm IS NULL OR c.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR c.pid IN jobpid)
+	  AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))
 ),
 -- one collective (its rowid) of every distinct (pid, comm_hash, rank), found by skipping
 -- through the partial index collectives_key (pid, comm_hash, rank, seq) WHERE seq % 64 = 0
@@ -79,7 +93,9 @@ mark AS (
 	FROM keys CROSS JOIN collectives k CROSS JOIN prm
 	WHERE k.rowid = keys.id
 	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm)
-	  AND (prm.job IS NULL OR k.pid IN jobpid)
+	  AND (prm.job IS NULL OR k.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = k.pid AND k.ts_ns BETWEEN j.lo AND j.hi))
 ),
 -- newest collective (max seq) of every (communicator, rank, process) of the job and
 -- communicator asked for

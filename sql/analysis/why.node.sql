@@ -38,6 +38,21 @@ prm AS (
 	SELECT coalesce(:since_ns, 0) AS since_ns, :job AS job, :comm AS comm,
 	       CASE WHEN :max_seqs > 0 THEN :max_seqs END AS max_seqs
 ),
+-- the job's processes, each over its own life, not its pid (pids are reused): as in
+-- stragglers.node.sql
+jobproc AS MATERIALIZED (
+	SELECT p.pid,
+	       coalesce(max(p.start_ns - 1000000000,
+			    (SELECT max(coalesce(q.exit_ns, p.start_ns - 1)) + 1 FROM processes q
+			     WHERE q.pid = p.pid AND q.start_ns < p.start_ns)),
+			p.start_ns - 1000000000) AS lo,
+	       coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q
+				    WHERE q.pid = p.pid AND q.start_ns > p.start_ns),
+			9223372036854775807) AS hi,
+	       NOT EXISTS (SELECT 1 FROM processes q
+			   WHERE q.pid = p.pid AND q.job_id IS NOT p.job_id) AS sole
+	FROM processes p, prm WHERE p.job_id = prm.job
+),
 -- the newest :max_seqs seqs of each communicator, read through collectives_comm_seq (its
 -- newest seq, then that range) rather than the whole window: this query runs on every node
 -- after each verdict
@@ -60,7 +75,9 @@ coll AS MATERIALIZED (
 	FROM prm CROSS JOIN cut u CROSS JOIN collectives c
 	WHERE c.comm_hash = u.comm_hash AND c.seq > coalesce(u.seq, -1)
 	  AND c.ts_ns >= prm.since_ns AND c.op NOT IN ('Send', 'Recv')
-	  AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM processes WHERE job_id = prm.job))
+	  AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM jobproc WHERE sole)
+	       OR EXISTS (SELECT 1 FROM jobproc j
+			  WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))
 ),
 rw AS MATERIALIZED (
 	SELECT c.comm_hash, c.rank, c.pid, min(c.ts_ns) AS t0, max(c.ts_ns + c.dur_ns) AS t1,
