@@ -162,12 +162,14 @@ win AS MATERIALIZED (
 ),
 -- GPU-side: the plugin's kernels in the time window (read as a range of the table's key),
 -- of the job and communicator asked for, then the newest :max_seqs seqs of each (NCCL
--- communicator, op): NCCL numbers each op apart
+-- communicator, op): NCCL numbers each op apart. Collectives only: a Send/Recv (schema
+-- version 5) is numbered per peer, and its ranks do not all take part in it
 kw AS MATERIALIZED (
 	SELECT k.nccl_comm, k.comm_hash, k.op, k.seq, k.rank, k.nranks, k.pid, k.gpu_start_ns,
 	       k.gpu_dur_ns
 	FROM prm CROSS JOIN nccl_kernels k
 	WHERE k.ts_ns >= prm.since_ns AND k.gpu_dur_ns IS NOT NULL
+	  AND k.op NOT IN ('Send', 'Recv')
 	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm OR k.nccl_comm = prm.comm)
 	  AND (prm.job IS NULL OR k.pid IN jobpid)
 ),

@@ -366,7 +366,7 @@ static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 	int peer = (int)(int64_t)argv[3];
 	void *coll = (void *)(uintptr_t)argv[4];
 	enum cond cond = peer >= 0 ? COND_PEER : COND_ALL;
-	bool kch = c->prof_ctx && (c->prof_mask & ncclProfileKernelCh) && op < OP_SEND;
+	bool kch = c->prof_ctx && (c->prof_mask & ncclProfileKernelCh) && (op < OP_SEND || coll);
 	void *ch[NCHANNELS] = { 0 };
 	uint64_t off = fqsi_gpu_offset_ns(), all, end;
 	char note[160];
@@ -383,7 +383,7 @@ static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 	for (int i = 0; kch && i < NCHANNELS; i++) {
 		fq_nccl_descr_t d = { 0 };
 
-		/* as NCCL: the parent is the Coll event's handle; rank is not filled in */
+		/* as NCCL: the parent is the Coll or P2p event's handle; rank is not filled in */
 		d.type = ncclProfileKernelCh;
 		d.parentObj = coll;
 		d.kernelCh.channelId = (uint8_t)i;
@@ -688,6 +688,23 @@ static ncclResult_t launch_op(const struct pending_op *p)
 		d.coll.nWarps = 16;
 		d.coll.algo = "RING";
 		d.coll.proto = "SIMPLE";
+		prof_start(comm, &coll, &d);
+		a4 = (uintptr_t)coll;
+	}
+	/* a Send/Recv: NCCL starts its P2p event for KernelCh too, and names the peer */
+	if (!is_coll && comm->prof_ctx &&
+	    (comm->prof_mask & (ncclProfileP2p | ncclProfileKernelCh))) {
+		fq_nccl_descr_t d = { 0 };
+
+		d.type = ncclProfileP2p;
+		d.parentObj = NULL;
+		d.rank = comm->rank;
+		d.p2p.func = op_names[p->op];
+		d.p2p.buff = p->op == OP_SEND ? (void *)p->sendbuff : p->recvbuff;
+		d.p2p.datatype = dtype_name(p->dtype);
+		d.p2p.count = p->count;
+		d.p2p.peer = p->peer;
+		d.p2p.nChannels = NCHANNELS;
 		prof_start(comm, &coll, &d);
 		a4 = (uintptr_t)coll;
 	}

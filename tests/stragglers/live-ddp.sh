@@ -90,4 +90,11 @@ head -n 1 "$T/out" | grep -q "^straggler: rank 6 on $(agent_of pipe-$$ 6) " ||
 	fail "want rank 6 first: $(cat "$T/out")"
 sed -n 2p "$T/out" | grep -q ", rank [2?] in communicator " ||
 	fail "want its rank in the stage's communicator: $(sed -n 2p "$T/out")"
+# the pipeline's Send/Recv on the GPU side: each with its peer in its pair communicator
+fq -w "$HOSTS" --format csv --merge "SELECT sum(n) || ',' || sum(bad) FROM results" \
+	"SELECT count(*) AS n, sum(peer IS NULL OR peer NOT IN (0, 1)) AS bad FROM nccl_kernels
+	 WHERE op IN ('Send', 'Recv') AND pid IN (SELECT pid FROM processes WHERE job_id = 'pipe-$$')"
+got=$(tail -n 1 "$T/out" | tr -d '"')
+[ "$RC" = 0 ] && [ "${got%,*}" -gt $((8 * STEPS)) ] && [ "${got#*,}" = 0 ] ||
+	fail "pipeline: Send/Recv kernel rows, rows without a peer: $got"
 echo "PASS after ${SECONDS}s"
