@@ -146,6 +146,7 @@ struct ncclComm {
 	uint64_t fseq[OP_COUNT]; /* per function, as NCCL's comm->seqNumber[func] */
 	uint64_t nbarrier;
 	uint64_t nsplit;
+	uint64_t phash; /* NCCL's hash of it, as the profiler plugin's init gets it; 0: of uid */
 	_Atomic uint64_t pending; /* stream items that still point at this comm */
 	void *prof_ctx;		  /* the profiler plugin's context, when its init succeeded */
 	int prof_mask;
@@ -486,11 +487,17 @@ static void prof_load(void)
 }
 
 /* Once per communicator, after it is complete: the plugin's init, as NCCL's. */
+/* NCCL's communicator hash: of the unique id, or for a split of (parent's, split count, color) */
+static uint64_t plugin_hash(const struct ncclComm *c)
+{
+	return c->phash ? c->phash : fq_nccl_hash(c->uid, NCCL_UNIQUE_ID_BYTES);
+}
+
 static void prof_init(struct ncclComm *c)
 {
 	const char *lws = getenv("LOCAL_WORLD_SIZE");
 	int per = lws ? atoi(lws) : 0, nnodes = 1, mask = 0;
-	uint64_t hash = fq_nccl_hash(c->uid, NCCL_UNIQUE_ID_BYTES);
+	uint64_t hash = plugin_hash(c);
 	ncclResult_t r;
 
 	pthread_once(&prof_once, prof_load);
@@ -906,6 +913,9 @@ FQSI_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
 		*newcomm = NULL;
 		return res;
 	}
+	/* as NCCL: the child's hash is of the parent's, its split count (every split, a
+	 * color-less one too, from 1) and the color, so agentd joins the plugin's rows to it */
+	(*newcomm)->phash = fq_nccl_hash_split(plugin_hash(comm), (int32_t)(k + 1), color);
 	prof_init(*newcomm);
 	return res;
 }
