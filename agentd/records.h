@@ -96,13 +96,14 @@ struct rec_group {
 	int64_t ts_ns, dur_ns, end_dur_ns, pid, tid, ncalls, ret;
 };
 
-/* nccl_kernels: one collective from fleetq's NCCL profiler plugin */
+/* nccl_kernels: one collective or Send/Recv from fleetq's NCCL profiler plugin */
 struct rec_kernel {
 	int64_t ts_ns, host_dur_ns, pid, rank, nranks;
 	char nccl_comm[17];
 	char comm_hash[17]; /* "" if not joined */
 	const char *op;
 	int64_t seq, count, nchannels, gpu_start_ns, gpu_dur_ns, gpu_ch_ns, partial;
+	int64_t peer; /* Send/Recv: the other side's rank; else REC_NULL */
 };
 
 /*

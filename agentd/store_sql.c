@@ -54,8 +54,8 @@ const char *const stmt_sql[ST_MAX] = {
 		     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 	[ST_KERNEL] = "INSERT INTO nccl_kernels (ts_ns, host_dur_ns, pid, rank, nranks, nccl_comm, "
 		      "comm_hash, op, seq, count, nchannels, gpu_start_ns, gpu_dur_ns, gpu_ch_ns, "
-		      "partial) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
-		      "?15)",
+		      "partial, peer) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+		      "?14, ?15, ?16)",
 	[ST_GPU] = "INSERT INTO gpu_samples (ts_ns, gpu_index, gpu_uuid, pci_bus_id, "
 		   "sm_clock_mhz, mem_clock_mhz, sm_clock_max_mhz, mem_clock_max_mhz, "
 		   "clock_reasons, temp_c, power_mw, power_limit_mw, util_gpu_pct, util_mem_pct, "
@@ -108,6 +108,7 @@ static sqlite3_stmt *bind_kernel(struct store *s, const struct rec_kernel *k)
 	bind_i64(st, 13, k->gpu_dur_ns);
 	bind_i64(st, 14, k->gpu_ch_ns);
 	bind_i64(st, 15, k->partial);
+	bind_i64(st, 16, k->peer);
 	return st;
 }
 

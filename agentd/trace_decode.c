@@ -10,6 +10,7 @@
  */
 #include <arpa/inet.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -187,7 +188,10 @@ static void on_coll(struct tracer *t, const struct fq_ev_call *e)
 	store_put(t->store, &r);
 }
 
-/* A collective from fleetq's NCCL profiler plugin (bpf/fqtrace.h, struct fq_prof_rec). */
+/*
+ * A collective or Send/Recv from fleetq's NCCL profiler plugin (bpf/fqtrace.h, struct
+ * fq_prof_rec); a plugin older than its peer field has no Send/Recv and a NULL peer.
+ */
 static void on_kernel(struct tracer *t, const struct fq_ev_kernel *e)
 {
 	const struct fq_prof_rec *p = &e->r;
@@ -196,7 +200,7 @@ static void on_kernel(struct tracer *t, const struct fq_ev_kernel *e)
 	const struct comm_ent *ce;
 	char op[FQ_PROF_FUNC_LEN];
 
-	if (p->magic != FQ_PROF_MAGIC || p->size < sizeof(*p))
+	if (p->magic != FQ_PROF_MAGIC || p->size < offsetof(struct fq_prof_rec, peer))
 		return;
 	memcpy(op, p->func, sizeof(op));
 	op[sizeof(op) - 1] = '\0';
@@ -217,6 +221,7 @@ static void on_kernel(struct tracer *t, const struct fq_ev_kernel *e)
 				      (int64_t)(p->gpu_stop_ns - p->gpu_start_ns) : REC_NULL,
 		.gpu_ch_ns = p->nchannels ? (int64_t)p->gpu_ch_ns : REC_NULL,
 		.partial = !!(p->flags & FQ_PROF_PARTIAL),
+		.peer = p->size >= sizeof(*p) && p->peer >= 0 ? p->peer : REC_NULL,
 	};
 	if (k->seq == REC_NULL)
 		return;

@@ -147,11 +147,14 @@ struct fq_ev_proc {
 };
 
 /*
- * One collective as fleetq's NCCL profiler plugin (agentd/ncclprof/) saw it, handed to
- * fq_nccl_kernel_done(const struct fq_prof_rec *) once its host call and every kernel channel
- * it started have stopped; a uprobe on that function copies it into an fq_ev_kernel.
- * NCCL's own keys: nccl_comm is the communicator hash its init received, seq its
- * seqNumber, counted per communicator AND function (the same on every rank).
+ * One collective or Send/Recv as fleetq's NCCL profiler plugin (agentd/ncclprof/) saw it,
+ * handed to fq_nccl_kernel_done(const struct fq_prof_rec *) once its host call and every
+ * kernel channel it started have stopped; a uprobe on that function copies it into an
+ * fq_ev_kernel. NCCL's own keys: nccl_comm is the communicator hash its init received, seq
+ * a collective's seqNumber, counted per communicator AND function (the same on every rank).
+ * NCCL numbers no Send/Recv: the plugin counts them per communicator, function and peer, so
+ * that the n-th Send to a peer and that peer's n-th Recv from this rank share seq n. A
+ * plugin older than the peer field writes size = offsetof(struct fq_prof_rec, peer).
  */
 #define FQ_PROF_MAGIC 0x66717072u /* "fqpr" */
 #define FQ_PROF_FUNC_LEN 16
@@ -173,7 +176,9 @@ struct fq_prof_rec {
 	int32_t nranks;
 	uint32_t nchannels;     /* channels that reported start and stop */
 	uint32_t flags;         /* FQ_PROF_* */
-	char func[FQ_PROF_FUNC_LEN]; /* "AllReduce", ... NUL-terminated */
+	char func[FQ_PROF_FUNC_LEN]; /* "AllReduce", ..., "Send", "Recv": NUL-terminated */
+	int32_t peer;           /* Send/Recv: the other side's rank in the communicator; else -1 */
+	uint32_t pad;
 };
 
 struct fq_ev_kernel {

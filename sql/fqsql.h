@@ -11,7 +11,7 @@
 #include <sqlite3.h>
 
 /* 2: collectives, cuda_calls, offcpu, tcp_retransmits keyed by ts_ns (docs/schema.md) */
-#define FQSQL_SCHEMA_VERSION 4
+#define FQSQL_SCHEMA_VERSION 5
 
 /* Registers median(x), percentile(x, p), p50/p90/p95/p99/p999(x), mad(x),
  * robust_z(x, median, mad) and friends on db. Returns 0 or -errno. */

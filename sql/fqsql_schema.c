@@ -59,24 +59,26 @@ int fqsql_schema_apply(sqlite3 *db, char **cause)
 		goto out;
 	}
 	/*
-	 * Versions 2 and 3 differ from 4 by columns at the end of collectives and comms (and
-	 * by a new table, which the schema text below creates): added in place (old rows have
-	 * them NULL), so an agent upgrade keeps the file.
+	 * Versions 2 to 4 differ from 5 by columns at the end of collectives, comms and
+	 * nccl_kernels (and by a new table, which the schema text below creates): added in
+	 * place (old rows have them NULL), so an agent upgrade keeps the file.
 	 */
-	if (version == 2 || version == 3) {
+	if (version >= 2 && version <= 4) {
 		const char *add = version == 2 ?
 			"ALTER TABLE collectives ADD COLUMN sync_ns INTEGER; "
 			"ALTER TABLE collectives ADD COLUMN gap_ns INTEGER; "
 			"ALTER TABLE collectives ADD COLUMN cpu_ns INTEGER; "
 			"ALTER TABLE comms ADD COLUMN nccl_hash TEXT" :
+			version == 3 ?
 			"ALTER TABLE collectives ADD COLUMN cpu_ns INTEGER; "
-			"ALTER TABLE comms ADD COLUMN nccl_hash TEXT";
+			"ALTER TABLE comms ADD COLUMN nccl_hash TEXT" :
+			"ALTER TABLE nccl_kernels ADD COLUMN peer INTEGER";
 
 		if (sqlite3_exec(db, add, NULL, NULL, &err) != SQLITE_OK) {
 			ret = fq_fail(cause,
 				      sqlite3_errcode(db) == SQLITE_READONLY ? -EROFS : -EIO,
-				      "cannot add the version 4 columns to a version %d trace: %s",
-				      version, err ? err : sqlite3_errmsg(db));
+				      "cannot add the version %d columns to a version %d trace: %s",
+				      FQSQL_SCHEMA_VERSION, version, err ? err : sqlite3_errmsg(db));
 			sqlite3_free(err);
 			goto out;
 		}

@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: MIT
--- fleetq trace schema, version 4. Table and column names are the contract
+-- fleetq trace schema, version 5. Table and column names are the contract
 -- users' queries rely on; docs/schema.md documents every column.
 -- Times are nanoseconds: *_ts_ns / ts_ns on the node's CLOCK_REALTIME scale
 -- (see meta.clock_source), durations dur_ns.
@@ -82,7 +82,8 @@ CREATE INDEX IF NOT EXISTS collectives_key ON collectives (pid, comm_hash, rank,
 
 -- v4: one row per collective as fleetq's NCCL profiler plugin saw it (GPU-side timing):
 -- NCCL's own keys (nccl_comm, op, seq: seq counts per communicator AND op), joined to the
--- communicator agentd saw initialised where it could be (comm_hash).
+-- communicator agentd saw initialised where it could be (comm_hash). v5: Send/Recv too,
+-- with their peer (seq counts per communicator, op AND peer).
 CREATE TABLE IF NOT EXISTS nccl_kernels (
 	ts_ns        INTEGER PRIMARY KEY NOT NULL, -- host: the plugin's start of the collective (enqueue)
 	host_dur_ns  INTEGER,    -- host: to the end of its launch
@@ -91,14 +92,15 @@ CREATE TABLE IF NOT EXISTS nccl_kernels (
 	nranks       INTEGER,
 	nccl_comm    TEXT NOT NULL, -- NCCL's communicator hash (16 hex; comms.nccl_hash)
 	comm_hash    TEXT,       -- fleetq's, when agentd saw the communicator's init
-	op           TEXT,       -- AllReduce, AllGather, ReduceScatter, ...
-	seq          INTEGER NOT NULL, -- NCCL's seqNumber for (communicator, op), from 0
+	op           TEXT,       -- AllReduce, AllGather, ReduceScatter, ..., Send, Recv
+	seq          INTEGER NOT NULL, -- NCCL's seqNumber per (communicator, op) from 0; Send/Recv: above
 	count        INTEGER,
 	nchannels    INTEGER,    -- kernel channels that reported start and stop
 	gpu_start_ns INTEGER,    -- this GPU's globaltimer at the earliest channel start (own clock)
 	gpu_dur_ns   INTEGER,    -- earliest channel start to latest channel stop, on the GPU
 	gpu_ch_ns    INTEGER,    -- sum over channels of their durations
-	partial      INTEGER     -- 1: handed over before every channel reported
+	partial      INTEGER,    -- 1: handed over before every channel reported
+	peer         INTEGER     -- v5: Send/Recv: the other side's rank in the communicator, else NULL
 );
 
 -- libcudart / libcuda calls: launch, memcpy*, *Synchronize, malloc/free.

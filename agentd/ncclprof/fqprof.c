@@ -3,22 +3,23 @@
  * libfleetq-nccl-profiler.so: fleetq's NCCL profiler plugin (DESIGN.md §2, GPU-side wait).
  *
  * NCCL (>= 2.26) loads the library named by NCCL_PROFILER_PLUGIN (the environment, or
- * /etc/nccl.conf) and calls it for every collective: startEvent/stopEvent around the host
- * side of the call, then, from its proxy thread, one KernelCh event per channel with the
- * GPU's globaltimer at the channel's start and stop. Once a collective's host call and every
- * channel it started have stopped, the plugin hands one fixed-size record (bpf/fqtrace.h,
- * struct fq_prof_rec) to fq_nccl_kernel_done(), a function that does nothing: agentd puts a
- * uprobe on it and copies the record into the trace. Without agentd the call costs a few
- * nanoseconds and nothing is written anywhere: no file, no shared memory, no socket.
+ * /etc/nccl.conf) and calls it for every collective and every Send/Recv (P2p event, with its
+ * peer): startEvent/stopEvent around the host side of the call, then, from its proxy thread,
+ * one KernelCh event per channel with the GPU's globaltimer at the channel's start and stop.
+ * Once a call's host side and every channel it started have stopped, the plugin hands one
+ * fixed-size record (bpf/fqtrace.h, struct fq_prof_rec) to fq_nccl_kernel_done(), a function
+ * that does nothing: agentd puts a uprobe on it and copies the record into the trace. Without
+ * agentd the call costs a few nanoseconds and nothing is written anywhere: no file, no shared
+ * memory, no socket.
  *
  * Never stalls or crashes the job: no allocation after init (each communicator gets a ring
- * of SLOTS collectives, recycled in order; a record still waiting for channels when its slot
- * comes round again is handed over as it is, marked FQ_PROF_PARTIAL), one mutex per
- * communicator held for a few loads and stores, and every unknown event answered with a
- * NULL handle, which NCCL then never passes back. FLEETQ_NCCL_PROFILER=0 turns it off
- * (activation mask 0). NCCL loads one profiler plugin: when NCCL_PROFILER_PLUGIN names
- * another one, this one is not loaded and fleetq has no GPU-side timing for that job
- * (docs/analysis.md says what `fleetq stragglers` does then).
+ * of SLOTS calls, recycled in order, and two Send/Recv counters per rank; a record still
+ * waiting for channels when its slot comes round again is handed over as it is, marked
+ * FQ_PROF_PARTIAL), one mutex per communicator held for a few loads and stores, and every
+ * unknown event answered with a NULL handle, which NCCL then never passes back.
+ * FLEETQ_NCCL_PROFILER=0 turns it off (activation mask 0). NCCL loads one profiler plugin:
+ * when NCCL_PROFILER_PLUGIN names another one, this one is not loaded and fleetq has no
+ * GPU-side timing for that job (docs/analysis.md says what `fleetq stragglers` does then).
  */
 #include <pthread.h>
 #include <stdbool.h>
@@ -60,6 +61,7 @@ struct ctx {
 	uint64_t comm;
 	int rank, nranks;
 	unsigned int next;
+	uint64_t *p2p_seq; /* [2 * peer + is Recv]: Send/Recv so far; NULL: none counted */
 	struct coll slot[SLOTS];
 };
 
@@ -125,8 +127,10 @@ static ncclResult_t init_common(void **context, int *mask, uint64_t comm, int nr
 	x->nranks = nranks;
 	for (int i = 0; i < SLOTS; i++)
 		x->slot[i].tag = TAG_COLL;
+	if (nranks > 0)
+		x->p2p_seq = calloc(2 * (size_t)nranks, sizeof(*x->p2p_seq));
 	*context = x;
-	*mask = ncclProfileColl | ncclProfileKernelCh;
+	*mask = ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh;
 	return 0;
 }
 
@@ -144,30 +148,60 @@ static ncclResult_t init_v4(void **context, int *mask, const char *name, uint64_
 	return init_common(context, mask, commHash, nranks, rank);
 }
 
-static void start_coll(struct ctx *x, void **handle, const fq_nccl_descr_t *d)
+/* The next slot of x, its record started; x->mu held. */
+static struct coll *claim(struct ctx *x, const char *func, uint64_t count, int expect)
 {
-	struct coll *c;
+	struct coll *c = &x->slot[x->next++ % SLOTS];
 
-	pthread_mutex_lock(&x->mu);
-	c = &x->slot[x->next++ % SLOTS];
 	if (c->live) /* its channels never all reported: hand over what there is */
 		finish(c, FQ_PROF_PARTIAL);
 	c->live = true;
 	c->host_done = false;
 	c->started = c->stopped = 0;
-	c->expect = d->coll.nChannels;
+	c->expect = expect;
 	c->ctx = x;
 	memset(&c->rec, 0, sizeof(c->rec));
 	c->rec.magic = FQ_PROF_MAGIC;
 	c->rec.size = sizeof(c->rec);
 	c->rec.nccl_comm = x->comm;
-	c->rec.seq = d->coll.seqNumber;
-	c->rec.count = d->coll.count;
+	c->rec.count = count;
 	c->rec.rank = x->rank;
 	c->rec.nranks = x->nranks;
+	c->rec.peer = -1;
 	c->rec.host_start_ns = mono_ns();
-	if (d->coll.func)
-		strncpy(c->rec.func, d->coll.func, sizeof(c->rec.func) - 1);
+	if (func)
+		strncpy(c->rec.func, func, sizeof(c->rec.func) - 1);
+	return c;
+}
+
+static void start_coll(struct ctx *x, void **handle, const fq_nccl_descr_t *d)
+{
+	struct coll *c;
+
+	pthread_mutex_lock(&x->mu);
+	c = claim(x, d->coll.func, d->coll.count, d->coll.nChannels);
+	c->rec.seq = d->coll.seqNumber;
+	*handle = c;
+	pthread_mutex_unlock(&x->mu);
+}
+
+/*
+ * A Send or Recv. NCCL gives it no sequence number: the n-th Send to a peer is numbered n
+ * here, and so is the peer's n-th Recv from this rank, which is the one it pairs with, as
+ * long as every Send/Recv reaches the plugin (the Coll events' seqNumber has that limit too).
+ */
+static void start_p2p(struct ctx *x, void **handle, const fq_nccl_descr_t *d)
+{
+	const char *f = d->p2p.func;
+	int recv = f && !strcmp(f, "Recv"), peer = d->p2p.peer;
+	struct coll *c;
+
+	if (!x->p2p_seq || peer < 0 || peer >= x->nranks || !f || (!recv && strcmp(f, "Send")))
+		return;
+	pthread_mutex_lock(&x->mu);
+	c = claim(x, f, d->p2p.count, d->p2p.nChannels);
+	c->rec.seq = x->p2p_seq[2 * peer + recv]++;
+	c->rec.peer = peer;
 	*handle = c;
 	pthread_mutex_unlock(&x->mu);
 }
@@ -206,6 +240,10 @@ static ncclResult_t start_event(void *context, void **handle, fq_nccl_descr_t *d
 	case ncclProfileColl:
 		if (x)
 			start_coll(x, handle, d);
+		break;
+	case ncclProfileP2p:
+		if (x)
+			start_p2p(x, handle, d);
 		break;
 	case ncclProfileKernelCh:
 		start_chan(handle, d);
@@ -293,6 +331,7 @@ static ncclResult_t finalize(void *context)
 			finish(&x->slot[i], FQ_PROF_PARTIAL);
 	pthread_mutex_unlock(&x->mu);
 	pthread_mutex_destroy(&x->mu);
+	free(x->p2p_seq);
 	free(x);
 	return 0;
 }

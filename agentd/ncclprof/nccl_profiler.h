@@ -38,7 +38,7 @@ enum {
 
 typedef struct {
 	uint64_t type;   /* v4: uint8_t (read the low byte only) */
-	void *parentObj; /* Coll: its API event; KernelCh: the Coll event's handle */
+	void *parentObj; /* Coll, P2p: its API event; KernelCh: the Coll or P2p event's handle */
 	int rank;
 	union {
 		struct {
@@ -55,6 +55,15 @@ typedef struct {
 			const char *proto;
 			void *parentGroup; /* v5 only */
 		} coll;
+		struct {
+			const char *func; /* "Send", "Recv" */
+			void *buff;
+			const char *datatype;
+			size_t count;
+			int peer; /* the other side's rank in the communicator */
+			uint8_t nChannels;
+			void *parentGroup; /* v5 only */
+		} p2p;
 		struct {
 			uint8_t channelId;
 			uint64_t pTimer; /* GPU globaltimer at the channel's start, ns */

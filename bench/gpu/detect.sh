@@ -76,6 +76,7 @@ counts() { # tag: trace completeness of the tag's agents
 	"$bin/fleetq" -w "$HOSTS" --insecure "SELECT (SELECT count(*) FROM nccl_kernels) AS kernels,
 		(SELECT count(*) FROM collectives) AS colls,
 		(SELECT count(*) FROM collectives WHERE op IN ('Send', 'Recv')) AS p2p,
+		(SELECT count(*) FROM nccl_kernels WHERE op IN ('Send', 'Recv')) AS p2p_kernels,
 		(SELECT count(*) FROM comms WHERE nccl_hash IS NOT NULL) AS comms_hashed,
 		(SELECT count(*) FROM nccl_kernels WHERE comm_hash IS NOT NULL) AS kernels_joined,
 		(SELECT value FROM meta WHERE key = 'ring_drops') AS ring_drops" --format tsv \

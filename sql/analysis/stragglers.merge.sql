@@ -15,7 +15,9 @@
 --                   the span (wait, GPU) or of the step (lateness): the peers' lost time
 --                   (0.02)
 --   :floor          the MAD is floored at this share of the span (totals) or of the step
---                   (lateness): noise between equal ranks never scores (0.005)
+--                   (lateness): noise between equal ranks never scores; a rank that waited
+--                   more than a peer of its Send/Recv by more than this share of the span
+--                   is named by no communicator (0.005)
 --   :min_effect_ns  the same floor in ns, for very short spans (20000)
 --   :pair_effect    :min_effect where a communicator has two ranks (at least :min_effect):
 --                   nothing measures a pair's noise, and two clean ranks of real jobs
@@ -369,6 +371,23 @@ hang AS (
 		   >= max(prm.hang_ns, 10 * coalesce(cs.step, 0)) / 2 AS hung
 	FROM lastr l JOIN lc USING (comm_hash) LEFT JOIN cs USING (comm_hash), prm
 ),
+-- who waits on whom across Send/Recv (a pipeline's stages): each process's wait on the GPU
+-- as a share of the span of its Send/Recv, and per process the least of (a peer's share
+-- minus its own) over the peers it sends to or receives from. Below -:floor, some peer
+-- waited less than it did: the rank is downstream of that peer's delay, which reaches it
+-- through the Send/Recv and makes it late in its own communicators too (a stage's all-reduce)
+pp AS (
+	SELECT node, pid, comm_hash, rank, gap_list AS peers,
+	       (by_seq ->> 0) * 1.0 / nullif(by_seq ->> 1, 0) AS share
+	FROM results WHERE kind = 'p2p'
+),
+pl AS (
+	SELECT a.node, a.pid, min(b.share - a.share) AS d
+	FROM pp a CROSS JOIN json_each(a.peers) j
+	JOIN pp b ON b.comm_hash = a.comm_hash AND b.rank = j.value
+	WHERE a.share IS NOT NULL AND b.share IS NOT NULL
+	GROUP BY a.node, a.pid
+),
 ranks AS (
 	SELECT comm_hash, node, rank, pid FROM flags
 	UNION
@@ -409,20 +428,24 @@ v AS (
 	       -- job enqueues together after the first collective of a step)
 	       coalesce(f.n, g.gn) <> 2 OR (coalesce(g.z_gpu, 1) > 0
 					    AND coalesce(f.z_wait, prm.thr) > prm.thr / 2
-					    AND coalesce(f.z_late, 0) > -prm.thr / 2) AS pair_ok
+					    AND coalesce(f.z_late, 0) > -prm.thr / 2) AS pair_ok,
+	       -- a rank that waited more than a peer of its Send/Recv (by more than :floor of
+	       -- the span) is named by no communicator: its lateness there is that peer's
+	       coalesce(p.d >= -prm.fl, 1) AS p2p_ok
 	FROM ranks u
 	LEFT JOIN flags f ON f.comm_hash = u.comm_hash AND f.node IS u.node
 			  AND f.rank IS u.rank AND f.pid IS u.pid
 	LEFT JOIN gb g ON g.comm_hash = u.comm_hash AND g.node IS u.node
 		       AND g.rank IS u.rank AND g.pid IS u.pid
 	LEFT JOIN hang h ON h.comm_hash = u.comm_hash AND h.node IS u.node
-			 AND h.rank IS u.rank AND h.pid IS u.pid,
+			 AND h.rank IS u.rank AND h.pid IS u.pid
+	LEFT JOIN pl p ON p.node IS u.node AND p.pid IS u.pid,
 	prm
 ),
 w AS (
 	SELECT v.*,
 	       CASE WHEN v.hung THEN 'hung'
-		    WHEN NOT v.pair_ok THEN 'ok'
+		    WHEN NOT v.pair_ok OR NOT v.p2p_ok THEN 'ok'
 		    WHEN v.f_late OR v.f_wait OR v.f_gpu THEN 'straggler'
 		    WHEN v.f_cpuv THEN 'straggler'
 		    ELSE 'ok' END AS verdict,

@@ -26,6 +26,12 @@
 --                     times), newest :max_seqs seqs of each: comm_hash (fleetq's, when agentd
 --                     joined it), op, seq = newest, n = kernels, nccl_comm, gpu_by_seq,
 --                     gpu_span_ns
+--             'p2p':  one per (comm_hash, rank, pid) with Send/Recv inside the window (from
+--                     :since_ns, or from the window's first collective), of the processes
+--                     of the 'rank' rows: n = its Send/Recv, ts_ns = the first one's enqueue,
+--                     by_seq = [wait, span]: ns the process waited on the GPU over them (as
+--                     below, summed) and ns from its first to its last; gap_list = JSON
+--                     array of the peers it sent to or received from (ranks in comm_hash)
 --             'now':  one row, ts_ns = this node's current time, host = meta 'host_id'
 --                     (the kernel's boot id: nodes with the same one share a clock)
 --   comm_hash, rank, nranks, pid, tid, seq, op, count, ts_ns (enqueue, node clock)
@@ -182,12 +188,14 @@ win AS MATERIALIZED (
 ),
 -- GPU-side: the plugin's kernels in the time window (read as a range of the table's key),
 -- of the job and communicator asked for, then the newest :max_seqs seqs of each (NCCL
--- communicator, op): NCCL numbers each op apart
+-- communicator, op): NCCL numbers each op apart. Collectives only: a Send/Recv (schema
+-- version 5) is numbered per peer, and its ranks do not all take part in it
 kw AS MATERIALIZED (
 	SELECT k.nccl_comm, k.comm_hash, k.op, k.seq, k.rank, k.nranks, k.pid, k.gpu_start_ns,
 	       k.gpu_dur_ns, k.ts_ns
 	FROM prm CROSS JOIN nccl_kernels k
 	WHERE k.ts_ns >= prm.since_ns AND k.gpu_dur_ns IS NOT NULL
+	  AND k.op NOT IN ('Send', 'Recv')
 	  AND (prm.comm IS NULL OR k.comm_hash = prm.comm OR k.nccl_comm = prm.comm)
 	  AND (prm.job IS NULL OR k.pid IN (SELECT pid FROM jobproc WHERE sole)
 	       OR EXISTS (SELECT 1 FROM jobproc j
@@ -196,6 +204,29 @@ kw AS MATERIALIZED (
 kcut AS (
 	SELECT kw.nccl_comm, kw.op, max(kw.seq) - prm.max_seqs AS seq
 	FROM kw, prm GROUP BY kw.nccl_comm, kw.op
+),
+-- Send/Recv of the window's processes, read as a range of the table's key: from :since_ns,
+-- else from the window's first collective (the merge weighs who waited on whom across them)
+pw0 AS MATERIALIZED (
+	SELECT c.comm_hash, c.rank, max(c.nranks) AS nranks, c.pid, count(*) AS n,
+	       min(c.ts_ns) AS ts_ns,
+	       json_array(sum(coalesce(c.sync_ns, 0) + c.dur_ns), max(c.ts_ns) - min(c.ts_ns)) AS w,
+	       json_group_array(DISTINCT c.peer) AS peers
+	FROM prm CROSS JOIN collectives c
+	WHERE c.ts_ns >= max(prm.since_ns, coalesce((SELECT min(ts_ns) FROM win), 0))
+	  AND c.op IN ('Send', 'Recv') AND c.peer IS NOT NULL AND c.comm_hash IS NOT NULL
+	  AND c.pid IN (SELECT pid FROM win)
+	GROUP BY c.comm_hash, c.rank, c.pid
+),
+-- a communicator made by ncclCommSplit has no rank on the CPU side: the plugin's rows of
+-- that process and communicator (its Send/Recv too, trace schema 5) carry it
+pw AS (
+	SELECT p.comm_hash,
+	       coalesce(p.rank, (SELECT k.rank FROM nccl_kernels k
+				 WHERE k.ts_ns >= p.ts_ns AND k.pid = p.pid
+				   AND k.comm_hash = p.comm_hash LIMIT 1)) AS rank,
+	       p.nranks, p.pid, p.n, p.ts_ns, p.w, p.peers
+	FROM pw0 p
 )
 SELECT 'seq' AS kind, comm_hash, NULL AS rank, NULL AS nranks, NULL AS pid, NULL AS tid, seq,
        max(op) AS op, max(count) AS count, min(ts_ns) AS ts_ns, count(*) AS n,
@@ -223,6 +254,10 @@ UNION ALL
 SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, NULL, ts_ns, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL
 FROM last
+UNION ALL
+SELECT 'p2p', comm_hash, rank, nranks, pid, NULL, NULL, NULL, NULL, ts_ns, n, w, peers, NULL,
+       NULL, NULL, NULL, NULL
+FROM pw
 UNION ALL
 SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, now_ns, NULL, NULL, NULL, NULL,
        NULL, NULL, (SELECT value FROM meta WHERE key = 'host_id'), NULL

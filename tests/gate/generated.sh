@@ -42,7 +42,7 @@ d = json.load(open(sys.argv[1]))
 assert d["format"] == "fleetq-gate-baseline" and d["version"] == 1, d
 assert d["shape"] == {"node_count": 4, "rank_count": 16}, d["shape"]
 assert len(d["runs"]) == 1 and len(d["runs"][0]["nodes"]) == 4, d["runs"]
-assert all(n["schema"] == 4 and n["agent"] for n in d["runs"][0]["nodes"]), d["runs"]
+assert all(n["schema"] == 5 and n["agent"] for n in d["runs"][0]["nodes"]), d["runs"]
 m = {x["name"]: x for x in d["metrics"]}
 assert m["busy_gap_us"]["shape"] == "per rank" and len(m["busy_gap_us"]["series"]) == 16, m
 assert m["busy_skew"]["shape"] == "scalar" and m["busy_skew"]["series"][0]["rank"] is None

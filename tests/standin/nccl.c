@@ -146,6 +146,7 @@ struct ncclComm {
 	uint64_t fseq[OP_COUNT]; /* per function, as NCCL's comm->seqNumber[func] */
 	uint64_t nbarrier;
 	uint64_t nsplit;
+	uint64_t phash; /* NCCL's hash of it, as the profiler plugin's init gets it; 0: of uid */
 	_Atomic uint64_t pending; /* stream items that still point at this comm */
 	void *prof_ctx;		  /* the profiler plugin's context, when its init succeeded */
 	int prof_mask;
@@ -366,7 +367,7 @@ static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 	int peer = (int)(int64_t)argv[3];
 	void *coll = (void *)(uintptr_t)argv[4];
 	enum cond cond = peer >= 0 ? COND_PEER : COND_ALL;
-	bool kch = c->prof_ctx && (c->prof_mask & ncclProfileKernelCh) && op < OP_SEND;
+	bool kch = c->prof_ctx && (c->prof_mask & ncclProfileKernelCh) && (op < OP_SEND || coll);
 	void *ch[NCHANNELS] = { 0 };
 	uint64_t off = fqsi_gpu_offset_ns(), all, end;
 	char note[160];
@@ -383,7 +384,7 @@ static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 	for (int i = 0; kch && i < NCHANNELS; i++) {
 		fq_nccl_descr_t d = { 0 };
 
-		/* as NCCL: the parent is the Coll event's handle; rank is not filled in */
+		/* as NCCL: the parent is the Coll or P2p event's handle; rank is not filled in */
 		d.type = ncclProfileKernelCh;
 		d.parentObj = coll;
 		d.kernelCh.channelId = (uint8_t)i;
@@ -486,11 +487,17 @@ static void prof_load(void)
 }
 
 /* Once per communicator, after it is complete: the plugin's init, as NCCL's. */
+/* NCCL's communicator hash: of the unique id, or for a split of (parent's, split count, color) */
+static uint64_t plugin_hash(const struct ncclComm *c)
+{
+	return c->phash ? c->phash : fq_nccl_hash(c->uid, NCCL_UNIQUE_ID_BYTES);
+}
+
 static void prof_init(struct ncclComm *c)
 {
 	const char *lws = getenv("LOCAL_WORLD_SIZE");
 	int per = lws ? atoi(lws) : 0, nnodes = 1, mask = 0;
-	uint64_t hash = fq_nccl_hash(c->uid, NCCL_UNIQUE_ID_BYTES);
+	uint64_t hash = plugin_hash(c);
 	ncclResult_t r;
 
 	pthread_once(&prof_once, prof_load);
@@ -688,6 +695,23 @@ static ncclResult_t launch_op(const struct pending_op *p)
 		d.coll.nWarps = 16;
 		d.coll.algo = "RING";
 		d.coll.proto = "SIMPLE";
+		prof_start(comm, &coll, &d);
+		a4 = (uintptr_t)coll;
+	}
+	/* a Send/Recv: NCCL starts its P2p event for KernelCh too, and names the peer */
+	if (!is_coll && comm->prof_ctx &&
+	    (comm->prof_mask & (ncclProfileP2p | ncclProfileKernelCh))) {
+		fq_nccl_descr_t d = { 0 };
+
+		d.type = ncclProfileP2p;
+		d.parentObj = NULL;
+		d.rank = comm->rank;
+		d.p2p.func = op_names[p->op];
+		d.p2p.buff = p->op == OP_SEND ? (void *)p->sendbuff : p->recvbuff;
+		d.p2p.datatype = dtype_name(p->dtype);
+		d.p2p.count = p->count;
+		d.p2p.peer = p->peer;
+		d.p2p.nChannels = NCHANNELS;
 		prof_start(comm, &coll, &d);
 		a4 = (uintptr_t)coll;
 	}
@@ -889,6 +913,9 @@ FQSI_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
 		*newcomm = NULL;
 		return res;
 	}
+	/* as NCCL: the child's hash is of the parent's, its split count (every split, a
+	 * color-less one too, from 1) and the color, so agentd joins the plugin's rows to it */
+	(*newcomm)->phash = fq_nccl_hash_split(plugin_hash(comm), (int32_t)(k + 1), color);
 	prof_init(*newcomm);
 	return res;
 }

@@ -4,6 +4,7 @@
 # seqNumbers 0..n-1 per function; one KernelCh per channel with KernelChStop recorded before
 # its stop and stop >= start, at the kernel's GPU start/stop from the report; the same commHash
 # on every rank, NCCL's hash of the unique id; finalize once per communicator, nothing left.
+# A pipeline's Send/Recv: one P2p event each, with its peer and its channels.
 . "$(dirname "$0")/lib.sh"
 
 N=4 S=12 B=4
@@ -69,6 +70,35 @@ for f in AllGather:12 ReduceScatter:6; do
 done
 [ "$(lines "$T/fs" kch_stop | wc -l)" = $((2 * 18 * 2)) ] ||
 	fail "FSDP: not 2 KernelCh per collective"
+
+# pipeline: every Send/Recv a P2p event naming its peer, on the 2-rank pair communicators
+# (stage 0 sends forward to peer 1, stage 1 back to peer 0), each with its 2 KernelCh
+M=2
+NCCL_PROFILER_PLUGIN=$P5 FQ_TEST_PROFILER_OUT=$T/pp FQ_TEST_PROFILER_MASK=70 "$FQ_WORKLOAD" \
+	--ranks 4 --stages 2 --micro $M --steps 3 --shape pipeline --step-us 200 \
+	--kernel-us 300 2>"$T/err" || fail "pipeline job with the plugin exited $?"
+[ -z "$(lines "$T/pp" error)" ] ||
+	fail "pipeline: plugin saw misuse: $(lines "$T/pp" error | head -n 1)"
+np=$((2 * M * 3))
+for f in "$T"/pp.*; do
+	awk -v np=$np -v m=$((M * 3)) '
+		$1 == "p2p_start" { n++; s += $4 == "Send"; r += $4 == "Recv"; peer[$5] = 1
+			if ($3 in seen) bad = 1; seen[$3] = 1 }
+		$1 == "kch_stop" && ($3 in seen) { k[$3]++ }
+		END { for (i in seen) if (k[i] != 2) bad = 1
+			if (n != np || s != m || r != m || length(peer) != 1) bad = 1
+			exit bad }' "$f" ||
+		fail "pipeline: $f: not $((M * 3)) Sends and Recvs to one peer, 2 KernelCh each"
+done
+[ "$(lines "$T/pp" p2p_start | awk '{ print $5 }' | sort | uniq -c | awk '{ print $1 }' |
+	tr '\n' ' ')" = "$((2 * np)) $((2 * np)) " ] ||
+	fail "pipeline: P2p peers not 0 for stage 1 and 1 for stage 0"
+# with Coll | KernelCh alone NCCL still starts P2p events (for their channels)
+NCCL_PROFILER_PLUGIN=$P5 FQ_TEST_PROFILER_OUT=$T/pk "$FQ_WORKLOAD" --ranks 2 --stages 2 \
+	--micro 1 --steps 2 --shape pipeline --step-us 200 2>"$T/err" ||
+	fail "pipeline job with mask Coll | KernelCh exited $?"
+[ "$(lines "$T/pk" p2p_start | wc -l)" = 8 ] && [ -z "$(lines "$T/pk" error)" ] ||
+	fail "pipeline, mask Coll | KernelCh: expected 8 P2p events and no error"
 
 # without KernelCh in the mask: Coll events only
 NCCL_PROFILER_PLUGIN=$P5 FQ_TEST_PROFILER_OUT=$T/m FQ_TEST_PROFILER_MASK=2 "$FQ_WORKLOAD" \

@@ -9,12 +9,15 @@
  *
  *   init <rank> <nranks> <nNodes> <commHash hex> <mask>
  *   coll_start <rank> <id> <func> <seqNumber> <count> <datatype> <nChannels>
- *   coll_stop <rank> <id>
- *   kch_stop <rank> <coll id> <func> <seqNumber> <channel> <start pTimer> <stop pTimer>
- *   finalize <rank> <colls> <channels>
+ *   p2p_start <rank> <id> <func> <peer> <count> <datatype> <nChannels>
+ *   coll_stop <rank> <id>        (a Coll or a P2p event)
+ *   kch_stop <rank> <coll id> <func> <seqNumber, a P2p's peer> <channel> <start pTimer>
+ *            <stop pTimer>
+ *   finalize <rank> <Coll and P2p events> <channels>
  *   error <rank> <what>          (any misuse: the test fails on one)
  *
- * FQ_TEST_PROFILER_MASK sets the activation mask it asks for (default Coll | KernelCh);
+ * FQ_TEST_PROFILER_MASK sets the activation mask it asks for (default Coll | KernelCh); as
+ * NCCL starts a P2p event for KernelCh too, P2p events are taken with either in the mask;
  * FQ_TEST_PROFILER_INIT_FAIL=1 makes init fail (logged as "init_failed <rank>"). Built
  * twice: exporting ncclProfiler_v5, and with FQ_TEST_PROFILER_V4 ncclProfiler_v4.
  */
@@ -37,7 +40,7 @@ struct coll;
 
 struct ctx {
 	uint32_t magic;
-	int rank;
+	int rank, nranks, mask;
 	_Atomic long live; /* events started and not yet stopped */
 	_Atomic long colls, channels;
 	pthread_mutex_t lock;
@@ -105,8 +108,10 @@ static ncclResult_t p_init(void **context, uint64_t hash, int *mask, const char 
 	}
 	c->magic = CTX_MAGIC;
 	c->rank = rank;
+	c->nranks = nranks;
 	pthread_mutex_init(&c->lock, NULL);
 	*mask = m ? atoi(m) : (ncclProfileColl | ncclProfileKernelCh);
+	c->mask = *mask;
 	*context = c;
 	if (!logfn)
 		say("error %d init without a logger\n", rank);
@@ -158,12 +163,46 @@ static ncclResult_t p_start(void *context, void **handle, fq_nccl_descr_t *d)
 		*handle = e;
 		return 0;
 	}
+	case ncclProfileP2p: {
+		struct coll *e;
+
+		if (!(c->mask & (ncclProfileP2p | ncclProfileKernelCh))) {
+			say("error %d P2p event without P2p or KernelCh asked for\n", c->rank);
+			return 0;
+		}
+		if (d->parentObj)
+			say("error %d P2p event with a parent\n", c->rank);
+		if (d->rank != c->rank)
+			say("error %d P2p event of rank %d\n", c->rank, d->rank);
+		if (d->p2p.peer < 0 || d->p2p.peer >= c->nranks)
+			say("error %d P2p event with peer %d of %d ranks\n", c->rank, d->p2p.peer,
+			    c->nranks);
+		e = calloc(1, sizeof(*e));
+		if (!e)
+			return 3;
+		e->magic = COLL_MAGIC;
+		e->ctx = c;
+		e->id = atomic_fetch_add(&next_id, 1);
+		snprintf(e->func, sizeof(e->func), "%s", d->p2p.func ? d->p2p.func : "?");
+		e->seq = (uint64_t)d->p2p.peer;
+		pthread_mutex_lock(&c->lock);
+		e->next = c->all;
+		c->all = e;
+		pthread_mutex_unlock(&c->lock);
+		atomic_fetch_add(&c->live, 1);
+		atomic_fetch_add(&c->colls, 1);
+		say("p2p_start %d %ld %s %d %zu %s %d\n", c->rank, e->id, e->func, d->p2p.peer,
+		    d->p2p.count, d->p2p.datatype ? d->p2p.datatype : "?", d->p2p.nChannels);
+		*handle = e;
+		return 0;
+	}
 	case ncclProfileKernelCh: {
 		struct coll *p = d->parentObj;
 		struct kch *k;
 
 		if (!p || p->magic != COLL_MAGIC || p->ctx != c) {
-			say("error %d KernelCh whose parent is not a Coll event of this context\n",
+			say("error %d KernelCh whose parent is not a Coll or P2p event of this "
+			    "context\n",
 			    c->rank);
 			return 0;
 		}

@@ -81,7 +81,7 @@ for r in rows:
     assert r["status"] == "ok", r
     assert abs(int(r["offset_us"])) < 50000, r
     assert 0 <= int(r["rtt_us"]) < 1000000, r
-    assert r["schema"] == "4" and r["agent"], r
+    assert r["schema"] == "5" and r["agent"], r
     assert r["name"].startswith("clean"), r
 ' "$T/out" || fail "ping: $(cat "$T/out")"
 

@@ -11,8 +11,8 @@
 #   rank 6's main thread sleeping a whole step more (100%): exit 1, rank 6 named first;
 #   a pipeline (2 stages of 4 data-parallel ranks, --shape pipeline) whose rank 6 sleeps:
 #     named first as rank 6, the job's rank (RANK), not by its rank in its stage's
-#     communicator (2, numbered from 0; '?' where the stage's communicator came from
-#     ncclCommSplit, whose rank NCCL decides inside the call).
+#     communicator (2, numbered from 0: the stage's communicator came from ncclCommSplit,
+#     whose rank NCCL decides inside the call, and the plugin's rows, joined to it, say it).
 # The fault is large on purpose: this is the path's test; bench/accuracy measures accuracy.
 . "$(dirname "$0")/../e2e/lib.sh"
 . "$(dirname "$0")/../standin/live-agents.sh"
@@ -88,6 +88,15 @@ cat "$T/out"
 expect_rc 1 "live pipeline stalled rank"
 head -n 1 "$T/out" | grep -q "^straggler: rank 6 on $(agent_of pipe-$$ 6) " ||
 	fail "want rank 6 first: $(cat "$T/out")"
-sed -n 2p "$T/out" | grep -q ", rank [2?] in communicator " ||
+sed -n 2p "$T/out" | grep -q ", rank 2 in communicator " ||
 	fail "want its rank in the stage's communicator: $(sed -n 2p "$T/out")"
+# the pipeline's Send/Recv on the GPU side: each with its peer in its pair communicator,
+# joined to that communicator (made by ncclCommSplit: NCCL's hash of the split)
+fq -w "$HOSTS" --format csv --merge "SELECT sum(n) || ',' || sum(bad) FROM results" \
+	"SELECT count(*) AS n, sum(peer IS NULL OR peer NOT IN (0, 1) OR comm_hash IS NULL) AS bad
+	 FROM nccl_kernels
+	 WHERE op IN ('Send', 'Recv') AND pid IN (SELECT pid FROM processes WHERE job_id = 'pipe-$$')"
+got=$(tail -n 1 "$T/out" | tr -d '"')
+[ "$RC" = 0 ] && [ "${got%,*}" -gt $((8 * STEPS)) ] && [ "${got#*,}" = 0 ] ||
+	fail "pipeline: Send/Recv kernel rows, rows without a peer: $got"
 echo "PASS after ${SECONDS}s"

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ncclprof-drive PLUGIN N: calls fleetq's NCCL profiler plugin the way NCCL 2.28 does
- * (src/plugin/profiler.cc) for N all-reduces and N/2 all-gathers on one communicator, from
- * two threads as NCCL does (the host thread starts and stops the collective; a "proxy"
- * thread reports each of its 2 kernel channels later), with GPU times that a test can
- * check exactly: collective i of op k starts at 1e9 + 1e6 * i + 1000 * k on the GPU, and its
- * channel c lasts 10000 + 100 * i + c ns. Prints the communicator hash it gave the plugin.
+ * (src/plugin/profiler.cc) for N all-reduces and N/2 all-gathers on one communicator, then
+ * N/4 rounds of a Send to rank 3, a Send to rank 0 and a Recv from rank 1 (P2p events, this
+ * being rank 2 of 4), from two threads as NCCL does (the host thread starts and stops the
+ * call; a "proxy" thread reports each of its 2 kernel channels later), with GPU times that a
+ * test can check exactly: call i of kind k (AllReduce 0, AllGather 1, then the three p2p
+ * calls 2, 3, 4 of round i) starts at 1e9 + 1e6 * i + 1000 * k on the GPU, and its channel c
+ * lasts 10000 + 100 * i + c ns. A Send to rank 4, out of range, goes in each round too: it
+ * must leave no row. Prints the communicator hash it gave the plugin.
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -46,6 +49,10 @@ static void *proxy(void *arg)
 int main(int argc, char **argv)
 {
 	static const char *const ops[2] = { "AllReduce", "AllGather" };
+	static const struct {
+		const char *func;
+		int peer;
+	} p2p[4] = { { "Send", 3 }, { "Send", 0 }, { "Recv", 1 }, { "Send", 4 } };
 	const fq_nccl_profiler_v5_t *p;
 	unsigned char id[128];
 	void *lib, *ctx = NULL;
@@ -65,26 +72,47 @@ int main(int argc, char **argv)
 		id[i] = (unsigned char)(i * 7 + 3);
 	hash = fq_nccl_hash(id, sizeof(id));
 	if (p->init(&ctx, hash, &mask, "drive", 1, 4, 2, NULL) || !ctx ||
-	    mask != (ncclProfileColl | ncclProfileKernelCh)) {
+	    mask != (ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh)) {
 		fprintf(stderr, "ncclprof-drive: init gave context %p, mask %#x\n", ctx, mask);
 		return 1;
 	}
-	for (int i = 0; i < n + n / 2; i++) {
-		int k = i >= n; /* the all-gathers after the all-reduces */
+	for (int i = 0; i < n + n / 2 + 4 * (n / 4); i++) {
+		int k = i >= n; /* the all-gathers after the all-reduces, then the p2p rounds */
 		fq_nccl_descr_t d = { .type = ncclProfileColl, .rank = 2 };
 		struct job j[2];
 		pthread_t th[2];
 		void *coll = NULL;
-		uint64_t s = seq[k]++;
+		uint64_t s;
 
-		d.coll.seqNumber = s;
-		d.coll.func = ops[k];
-		d.coll.count = 1024;
-		d.coll.datatype = "ncclFloat32";
-		d.coll.nChannels = 2;
+		if (i < n + n / 2) {
+			s = seq[k]++;
+			d.coll.seqNumber = s;
+			d.coll.func = ops[k];
+			d.coll.count = 1024;
+			d.coll.datatype = "ncclFloat32";
+			d.coll.nChannels = 2;
+		} else {
+			int q = (i - n - n / 2) % 4;
+
+			s = (uint64_t)(i - n - n / 2) / 4;
+			k = 2 + q;
+			d.type = ncclProfileP2p;
+			d.p2p.func = p2p[q].func;
+			d.p2p.count = 256;
+			d.p2p.datatype = "ncclFloat32";
+			d.p2p.peer = p2p[q].peer;
+			d.p2p.nChannels = 2;
+		}
 		p->startEvent(ctx, &coll, &d);
+		if (k == 5) { /* the peer out of range: no record, no handle */
+			if (coll) {
+				fprintf(stderr, "ncclprof-drive: a handle for a Send to rank 4\n");
+				return 1;
+			}
+			continue;
+		}
 		if (!coll) {
-			fprintf(stderr, "ncclprof-drive: no handle for collective %d\n", i);
+			fprintf(stderr, "ncclprof-drive: no handle for call %d\n", i);
 			return 1;
 		}
 		p->stopEvent(coll); /* the host side ends before the kernel */

@@ -840,10 +840,10 @@ static void test_v1_file(const char *dir)
 }
 
 /*
- * A version 2 file (the layout of version 3 without collectives.sync_ns and gap_ns) and a
+ * A version 2 file (the layout of version 3 without collectives.sync_ns and gap_ns), a
  * version 3 file (version 4 without collectives.cpu_ns, comms.nccl_hash and the table
- * nccl_kernels) are upgraded in place: their rows stay, with the new columns NULL, and new
- * rows have them.
+ * nccl_kernels) and a version 4 file (version 5 without nccl_kernels.peer) are upgraded in
+ * place: their rows stay, with the new columns NULL, and new rows have them.
  */
 static void test_old_file(const char *dir, int version)
 {
@@ -856,16 +856,23 @@ static void test_old_file(const char *dir, int version)
 
 	snprintf(path, sizeof(path), "%s/v%d.db", dir, version);
 	if (sqlite3_open(path, &db) != SQLITE_OK || fqsql_schema_apply(db, NULL) ||
-	    sqlite3_exec(db,
+	    (version == 4 && sqlite3_exec(db,
+			 "ALTER TABLE nccl_kernels DROP COLUMN peer;"
+			 "INSERT INTO nccl_kernels (ts_ns, pid, nccl_comm, op, seq) "
+			 "VALUES (90, 2, '0123456789abcdef', 'AllReduce', 0);",
+			 NULL, NULL, &err) != SQLITE_OK) ||
+	    (version < 4 && sqlite3_exec(db,
 			 "ALTER TABLE collectives DROP COLUMN cpu_ns;"
 			 "ALTER TABLE comms DROP COLUMN nccl_hash;"
-			 "DROP TABLE nccl_kernels;", NULL, NULL, &err) != SQLITE_OK ||
+			 "DROP TABLE nccl_kernels;", NULL, NULL, &err) != SQLITE_OK) ||
 	    (version == 2 && sqlite3_exec(db,
 			 "ALTER TABLE collectives DROP COLUMN gap_ns;"
 			 "ALTER TABLE collectives DROP COLUMN sync_ns;", NULL, NULL, &err) != SQLITE_OK) ||
 	    sqlite3_exec(db, version == 2 ?
 			 "UPDATE meta SET value = 2 WHERE key = 'schema_version';" :
-			 "UPDATE meta SET value = 3 WHERE key = 'schema_version';",
+			 version == 3 ?
+			 "UPDATE meta SET value = 3 WHERE key = 'schema_version';" :
+			 "UPDATE meta SET value = 4 WHERE key = 'schema_version';",
 			 NULL, NULL, &err) != SQLITE_OK ||
 	    sqlite3_exec(db, "INSERT INTO collectives (ts_ns, dur_ns, pid, tid, seq, busy_ns) "
 			 "VALUES (100, 1, 2, 3, 4, 5)",
@@ -885,7 +892,9 @@ static void test_old_file(const char *dir, int version)
 		  FQSQL_SCHEMA_VERSION);
 	CHECK_ROW(db, "SELECT ts_ns, seq, busy_ns, sync_ns, gap_ns, cpu_ns FROM collectives "
 		  "WHERE ts_ns = 100", W_I(100), W_I(4), W_I(5), W_N, W_N, W_N);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM nccl_kernels"), 0);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM nccl_kernels"), version == 4);
+	CHECK_I64(test_i64(db, "SELECT count(*) FROM nccl_kernels WHERE peer IS NULL"),
+		  version == 4);
 	CHECK_I64(test_i64(db, "SELECT count(*) FROM pragma_table_info('comms') "
 			       "WHERE name = 'nccl_hash'"), 1);
 	CHECK_ROW(db, "SELECT ts_ns, seq, sync_ns, gap_ns FROM collectives WHERE ts_ns = 500",
@@ -913,6 +922,7 @@ int main(void)
 	test_v1_file(dir);
 	test_old_file(dir, 2);
 	test_old_file(dir, 3);
+	test_old_file(dir, 4);
 	test_rmrf(dir);
 	free(dir);
 	if (test_failures) {
