@@ -540,11 +540,23 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 	s->ranks = sqlite3_column_int(st, 0);
 	s->comms = sqlite3_column_int(st, 1);
 	sqlite3_finalize(st);
-	/* A rank answers once per communicator, on whichever node and pid it ran. */
+	/*
+	 * A rank answers once per communicator, on whichever node and pid it ran. Of a
+	 * communicator active in the window, a rank whose node sent its newest collective
+	 * ('last', over all time) answered too: it was there, with nothing on that
+	 * communicator in the window (a pipeline's world communicator carries send/recv and a
+	 * barrier now and then; a stopped rank is the merge's 'hung').
+	 */
 	rc = prepare_where(db, "SELECT comm_hash, count(DISTINCT rank), max(nranks) FROM results "
-			   "WHERE ", in,
-			   " AND comm_hash IS NOT NULL AND rank IS NOT NULL GROUP BY comm_hash "
-			   "HAVING count(DISTINCT rank) < max(nranks) ORDER BY comm_hash", &st);
+			   "WHERE (", in,
+			   netcheck ? ") AND comm_hash IS NOT NULL AND rank IS NOT NULL "
+				      "GROUP BY comm_hash HAVING count(DISTINCT rank) < max(nranks) "
+				      "ORDER BY comm_hash"
+				    : " OR kind = 'last') AND comm_hash IS NOT NULL AND rank IS NOT NULL "
+				      "AND comm_hash IN (SELECT comm_hash FROM results WHERE "
+				      "kind = 'rank') GROUP BY comm_hash "
+				      "HAVING count(DISTINCT rank) < max(nranks) ORDER BY comm_hash",
+			   &st);
 	if (rc == SQLITE_NOMEM)
 		return -ENOMEM;
 	if (rc != SQLITE_OK)

@@ -93,4 +93,28 @@ fq -w "$DEAD" --min-coverage 0 --connect-timeout 2 ping
 expect_rc 3 "ping, every node unreachable, --min-coverage 0"
 fq -w "$DEAD,$FIRST" --min-coverage 0 --connect-timeout 2 "SELECT 1"
 expect_rc 0 "query, one node of two, --min-coverage 0"
+
+# ... but a rank with nothing on a communicator in the window answered if its node sent the
+# communicator's newest collective: a 2-rank job whose rank 1 last used the communicator
+# 20 s before rank 0 (a pipeline's world communicator carries send/recv and a barrier now
+# and then, and one rank's barrier fell inside the window, the other's not) is covered
+for k in 0 1; do
+	"$TRACEGEN" --out "$T/p$k.db" --node "pp$k" --ranks 1 --rank-base $k --nranks 2 \
+		--steps 200 --end "$NOW_S" --seed 9 --comm-hash 00000000000000aa >"$T/gen.log" 2>&1 ||
+		fail "fq-tracegen pp$k"
+done
+python3 -c "import sqlite3, sys
+d = sqlite3.connect(sys.argv[1])
+for t in ('collectives', 'cuda_calls', 'offcpu'):
+    d.execute('UPDATE %s SET ts_ns = ts_ns - 20000000000' % t)
+d.commit()" "$T/p1.db" || fail "moving pp1's collectives back"
+start_agent p0 "$T/p0.db" ca
+P0=127.0.0.1:$PORT
+start_agent p1 "$T/p1.db" ca
+fq -w "$P0,127.0.0.1:$PORT" stragglers --since 10s
+expect_rc 0 "stragglers, a rank idle on its communicator in the window"
+! grep -q "ranks of communicator" "$T/err" || fail "idle rank counted as missing: $(cat "$T/err")"
+fq -w "$P0" stragglers --since 10s
+expect_rc 3 "stragglers without the idle rank's node"
+err_has "^fleetq: 1 of 2 ranks of communicator 00000000000000aa answered: query every node of the job$"
 echo "false-clear: ok"
