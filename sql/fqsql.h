@@ -96,11 +96,19 @@ struct fqsql_limits {
  * defensive mode, no extension loading, no ATTACH (limit 0), and an authorizer
  * that denies writes, ATTACH/DETACH, PRAGMA other than a read-only allow-list,
  * and functions that touch files or load code. fqsql_register() is applied.
- * Works on a file another process is writing in WAL mode.
+ * Works on a file another process is writing in WAL mode. Its temporary files
+ * (sorts, transient tables) are kept in memory by fqsql_tmpvfs().
  * Returns 0, or -errno with *cause (caller frees) naming the file and the fix.
  */
 int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite3 **db,
 			char **cause);
+
+/*
+ * Name of a VFS (fqsql_tmpvfs.c) that keeps a connection's temporary files in
+ * memory allocated on the running thread, so a memory budget covers them, and
+ * opens every named file through the default VFS; NULL if it cannot be made.
+ */
+const char *fqsql_tmpvfs(void);
 
 /*
  * Makes a connection from fqsql_open_readonly() ready for its next query, as

@@ -312,6 +312,7 @@ int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite
 	sqlite3 *db = NULL;
 	struct fqsql_state *s;
 	struct stat sb;
+	const char *vfs;
 	char *err = NULL;
 	int on = 1, off = 0, ret = 0, rc;
 
@@ -328,7 +329,11 @@ int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite
 	if (!S_ISREG(sb.st_mode))
 		return fq_fail(cause, -EINVAL, "trace file '%s' is not a regular file: check "
 			       "agentd's --db path", path);
-	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+	vfs = fqsql_tmpvfs();
+	if (!vfs)
+		return fq_fail(cause, -ENOMEM, "cannot open trace file '%s': cannot set up "
+			       "temporary storage in memory", path);
+	rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, vfs);
 	if (rc != SQLITE_OK) {
 		ret = fq_fail(cause, rc == SQLITE_NOMEM ? -ENOMEM : -EIO,
 			      "cannot open trace file '%s' read-only: %s", path,
@@ -349,10 +354,12 @@ int fqsql_open_readonly(const char *path, const struct fqsql_limits *lim, sqlite
 	sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
 	/*
 	 * query_only first: the authorizer installed below would deny this PRAGMA
-	 * too. Temporary tables and sorts stay in memory, where a memory budget
-	 * (fqsql_mem_begin) bounds them, rather than spill to /var/tmp unbounded.
+	 * too. Temporary tables and sorts spill to "files" that the VFS keeps in
+	 * memory, where a memory budget (fqsql_mem_begin) bounds them, rather than
+	 * to /var/tmp unbounded. temp_store = MEMORY would keep them in memory too,
+	 * but makes the sorter allocate each record on its own (fqsql_tmpvfs.c).
 	 */
-	if (sqlite3_exec(db, "PRAGMA query_only = 1; PRAGMA temp_store = MEMORY", NULL, NULL,
+	if (sqlite3_exec(db, "PRAGMA query_only = 1; PRAGMA temp_store = FILE", NULL, NULL,
 			 &err) != SQLITE_OK) {
 		ret = fq_fail(cause, -EIO, "cannot make '%s' read-only: %s", path, err);
 		goto fail;
