@@ -6,13 +6,16 @@
 -- The window: each rank's first to last collective (on the node's own clock: the join stays
 -- on the node).
 WITH ranks AS (
-	SELECT p.pid, p.start_ns, p.rank
+	SELECT p.pid, p.start_ns, p.exit_ns, p.rank
 	FROM processes p
 	WHERE p.job_id = '@JOB@' AND p.rank IS NOT NULL
 ),
+-- (the process's collectives, not its pid's: a pid is reused; its start is taken from
+-- /proc on another clock than the events', hence the second of slack)
 win AS (
 	SELECT r.pid, r.start_ns, r.rank, min(c.ts_ns) AS t0, max(c.ts_ns + c.dur_ns) AS t1
-	FROM ranks r JOIN collectives c ON c.pid = r.pid
+	FROM ranks r JOIN collectives c ON c.pid = r.pid AND c.ts_ns >= r.start_ns - 1000000000
+					AND (r.exit_ns IS NULL OR c.ts_ns <= r.exit_ns)
 	GROUP BY r.pid, r.start_ns
 ),
 -- the GPU the driver saw the process use; the environment's guess only without it
