@@ -168,7 +168,10 @@ for l in open(os.path.join(out, "ttd-phases.jsonl")):
     end = onset + p["seconds"] * (1 - p["onset"])
     named = [(float(b) - onset, m) for a_, b, m in polls if onset < float(b) <= end
              and re.match(r"straggler: rank %d " % p["target"], m)]
-    before = [m for a_, b, m in polls if onset - p["seconds"] * p["onset"] < float(a_) < onset
+    # (polls whose 3 s window lies inside the phase before the onset: earlier ones still
+    # hold the previous phase's fault)
+    before = [m for a_, b, m in polls
+              if onset - p["seconds"] * p["onset"] + 3 < float(a_) < onset
               and m.startswith("straggler")]
     print("%s target %d: first named %s s after onset%s; false before onset: %d" % (
         p["name"], p["target"], "%.2f" % named[0][0] if named else "never",
