@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fqsql.h"
 #include "strbuf.h"
 
 #ifndef FLEETQ_SQL_INSTALL_DIR
@@ -19,6 +20,7 @@ extern const char fq_embedded_stragglers_node[], fq_embedded_stragglers_merge[];
 extern const char fq_embedded_netcheck_node[], fq_embedded_netcheck_merge[];
 extern const char fq_embedded_timeline_node[], fq_embedded_timeline_merge[];
 extern const char fq_embedded_why_node[], fq_embedded_why_merge[];
+extern const char fq_embedded_jobproc[];
 
 static const struct {
 	const char *name;
@@ -32,6 +34,7 @@ static const struct {
 	{ "timeline.merge.sql", fq_embedded_timeline_merge },
 	{ "why.node.sql", fq_embedded_why_node },
 	{ "why.merge.sql", fq_embedded_why_merge },
+	{ "jobproc.sql", fq_embedded_jobproc },
 };
 
 /* The whole file, or NULL with errno (ENOENT when it does not exist). */
@@ -83,6 +86,52 @@ static char *try_dir(const char *dir, const char *name, char **origin)
 	return s;
 }
 
+/* An included file from the folder of the file that names it (fqsql_load_fn). */
+static char *load_from_dir(const char *name, void *arg, char **cause)
+{
+	char *origin = NULL, *s = try_dir(arg, name, &origin);
+
+	if (!s && asprintf(cause, "cannot read '%s/%s': %s", (const char *)arg, name,
+			   strerror(errno)) < 0)
+		*cause = NULL;
+	free(origin);
+	return s;
+}
+
+/* An included file from the built-in copies (fqsql_load_fn). */
+static char *load_embedded(const char *name, void *arg, char **cause)
+{
+	(void)arg;
+	for (size_t i = 0; i < sizeof(embedded) / sizeof(embedded[0]); i++)
+		if (!strcmp(embedded[i].name, name))
+			return strdup(embedded[i].text);
+	if (asprintf(cause, "no built-in '%s'", name) < 0)
+		*cause = NULL;
+	errno = ENOENT;
+	return NULL;
+}
+
+/* s with its include lines expanded from dir (NULL: the built-in copies); frees s. */
+static char *expand(char *s, const char *dir, const char *name, char **cause)
+{
+	char *out = NULL, *why = NULL;
+	int err;
+
+	if (!s)
+		return NULL;
+	err = fqsql_expand_includes(s, dir ? load_from_dir : load_embedded, (void *)dir, &out,
+				    &why);
+	free(s);
+	if (err) {
+		if (asprintf(cause, "%s: %s", name, why ? why : strerror(-err)) < 0)
+			*cause = NULL;
+		free(why);
+		errno = -err;
+		return NULL;
+	}
+	return out;
+}
+
 char *sqlfile_load(const char *name, char **origin, char **cause)
 {
 	const char *env = getenv("FLEETQ_SQL_DIR");
@@ -96,10 +145,12 @@ char *sqlfile_load(const char *name, char **origin, char **cause)
 		if (!s && asprintf(cause, "cannot read '%s/%s': %s: fix or unset FLEETQ_SQL_DIR",
 				   env, name, strerror(errno)) < 0)
 			*cause = NULL;
-		return s;
+		return expand(s, env, name, cause);
 	}
 	s = try_dir(FLEETQ_SQL_INSTALL_DIR, name, origin);
-	if (s || errno != ENOENT)
+	if (s)
+		return expand(s, FLEETQ_SQL_INSTALL_DIR, name, cause);
+	if (errno != ENOENT)
 		goto found;
 	/* A build tree (build/fanout/fleetq) or an install moved as a whole (bin/fleetq). */
 	n = readlink("/proc/self/exe", exe, sizeof(exe) - 64);
@@ -109,18 +160,22 @@ char *sqlfile_load(const char *name, char **origin, char **cause)
 		if (slash) {
 			strcpy(slash, "/../../sql/analysis");
 			s = try_dir(exe, name, origin);
-			if (s || errno != ENOENT)
+			if (s)
+				return expand(s, exe, name, cause);
+			if (errno != ENOENT)
 				goto found;
 			strcpy(slash, "/../share/fleetq/sql/analysis");
 			s = try_dir(exe, name, origin);
-			if (s || errno != ENOENT)
+			if (s)
+				return expand(s, exe, name, cause);
+			if (errno != ENOENT)
 				goto found;
 		}
 	}
 	for (size_t i = 0; i < sizeof(embedded) / sizeof(embedded[0]); i++)
 		if (!strcmp(embedded[i].name, name)) {
 			*origin = strdup("built in");
-			return strdup(embedded[i].text);
+			return expand(strdup(embedded[i].text), NULL, name, cause);
 		}
 	errno = ENOENT;
 found:

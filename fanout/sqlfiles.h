@@ -9,7 +9,8 @@
 #define FLEETQ_SQLFILES_H
 
 /*
- * Loads name (e.g. "stragglers.node.sql"). Returns the malloc'd text and sets
+ * Loads name (e.g. "stragglers.node.sql"), its "-- include: NAME.sql" lines expanded
+ * from the same place (fqsql_expand_includes). Returns the malloc'd text and sets
  * *origin to a malloc'd description of where it came from (a path, or
  * "built in"); NULL with errno and *cause (caller frees) when $FLEETQ_SQL_DIR
  * names a folder without the file or the file cannot be read.

@@ -143,4 +143,16 @@ int fqsql_step_cause(sqlite3 *db, int rc, char **cause);
 
 void fqsql_close(sqlite3 *db);
 
+/*
+ * Loads an included file by name (e.g. "jobproc.sql"): the malloc'd text, or NULL with
+ * errno and *cause set.
+ */
+typedef char *(*fqsql_load_fn)(const char *name, void *arg, char **cause);
+/*
+ * text with each line "-- include: NAME.sql" replaced by load(NAME.sql) (sql/analysis/:
+ * a CTE written once for every node query). *out is malloc'd; 0 or -errno with *cause.
+ */
+int fqsql_expand_includes(const char *text, fqsql_load_fn load, void *arg, char **out,
+			  char **cause);
+
 #endif

@@ -32,21 +32,8 @@ prm AS (
 	       CASE WHEN :max_seqs > 0 THEN :max_seqs END AS max_seqs,
 	       100 * (1 - coalesce(:slow_frac, 0.1)) AS pct
 ),
--- the job's processes, each over its own life, not its pid (pids are reused): as in
--- stragglers.node.sql
-jobproc AS MATERIALIZED (
-	SELECT p.pid,
-	       coalesce(max(p.start_ns - 1000000000,
-			    (SELECT max(coalesce(q.exit_ns, p.start_ns - 1)) + 1 FROM processes q
-			     WHERE q.pid = p.pid AND q.start_ns < p.start_ns)),
-			p.start_ns - 1000000000) AS lo,
-	       coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q
-				    WHERE q.pid = p.pid AND q.start_ns > p.start_ns),
-			9223372036854775807) AS hi,
-	       NOT EXISTS (SELECT 1 FROM processes q
-			   WHERE q.pid = p.pid AND q.job_id IS NOT p.job_id) AS sole
-	FROM processes p, prm WHERE p.job_id = prm.job
-),
+-- the job's processes, each over its own life, not its pid (pids are reused)
+-- include: jobproc.sql
 -- (collectives only: Send/Recv number their own seqs, apart from the collectives of the
 -- same communicator, so they never line up across ranks by seq; every 'last', newest
 -- and cut probe below skips them too)

@@ -70,25 +70,8 @@ prm AS (
 	       CASE WHEN :max_seqs > 0 THEN :max_seqs END AS max_seqs,
 	       coalesce(:now_ns, CAST((julianday('now') - 2440587.5) * 86400e9 AS INTEGER)) AS now_ns
 ),
--- the job's processes, each over its own life, not its pid: pids are reused. From its start
--- (less a second: start_ns is its fork, read on CLOCK_BOOTTIME, while events are read on
--- another clock; never before the previous process of the pid ended) to its exit (unrecorded:
--- until the next process of the pid began). A process without a job_id is no job's. sole: no
--- process outside the job had the pid, so its rows are the job's by pid alone (an IN probe per
--- row, where the time check costs a subquery: kw reads every kernel of an all-time window).
-jobproc AS MATERIALIZED (
-	SELECT p.pid,
-	       coalesce(max(p.start_ns - 1000000000,
-			    (SELECT max(coalesce(q.exit_ns, p.start_ns - 1)) + 1 FROM processes q
-			     WHERE q.pid = p.pid AND q.start_ns < p.start_ns)),
-			p.start_ns - 1000000000) AS lo,
-	       coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q
-				    WHERE q.pid = p.pid AND q.start_ns > p.start_ns),
-			9223372036854775807) AS hi,
-	       NOT EXISTS (SELECT 1 FROM processes q
-			   WHERE q.pid = p.pid AND q.job_id IS NOT p.job_id) AS sole
-	FROM processes p, prm WHERE p.job_id = prm.job
-),
+-- the job's processes, each over its own life, not its pid (pids are reused)
+-- include: jobproc.sql
 -- collectives of the job and communicator asked for, over all time
 -- (collectives only: Send/Recv number their own seqs, apart from the collectives of the
 -- same communicator, so they never line up across ranks by seq; every 'last', newest

@@ -38,21 +38,8 @@ prm AS (
 	SELECT coalesce(:since_ns, 0) AS since_ns, :job AS job, :comm AS comm,
 	       CASE WHEN :max_seqs > 0 THEN :max_seqs END AS max_seqs
 ),
--- the job's processes, each over its own life, not its pid (pids are reused): as in
--- stragglers.node.sql
-jobproc AS MATERIALIZED (
-	SELECT p.pid,
-	       coalesce(max(p.start_ns - 1000000000,
-			    (SELECT max(coalesce(q.exit_ns, p.start_ns - 1)) + 1 FROM processes q
-			     WHERE q.pid = p.pid AND q.start_ns < p.start_ns)),
-			p.start_ns - 1000000000) AS lo,
-	       coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q
-				    WHERE q.pid = p.pid AND q.start_ns > p.start_ns),
-			9223372036854775807) AS hi,
-	       NOT EXISTS (SELECT 1 FROM processes q
-			   WHERE q.pid = p.pid AND q.job_id IS NOT p.job_id) AS sole
-	FROM processes p, prm WHERE p.job_id = prm.job
-),
+-- the job's processes, each over its own life, not its pid (pids are reused)
+-- include: jobproc.sql
 -- the newest :max_seqs seqs of each communicator, read through collectives_comm_seq (its
 -- newest seq, then that range) rather than the whole window: this query runs on every node
 -- after each verdict

@@ -8,7 +8,39 @@
 #include "driver.h"
 #include "fqsql.h"
 
+static char *slurp(const char *path);
+
+/* An included file from the folder of the file that names it (fqsql_load_fn). */
+static char *load_beside(const char *name, void *arg, char **cause)
+{
+	const char *path = arg, *slash = strrchr(path, '/');
+	char *inc = NULL, *s;
+
+	if (asprintf(&inc, "%.*s%s", slash ? (int)(slash - path + 1) : 0, path, name) < 0)
+		return NULL;
+	s = slurp(inc);
+	if (!s && asprintf(cause, "cannot read '%s': %s", inc, strerror(errno)) < 0)
+		*cause = NULL;
+	free(inc);
+	return s;
+}
+
+/* The file, its include lines expanded as fleetq does (fanout/sqlfiles.c). */
 char *an_slurp(const char *path)
+{
+	char *s = slurp(path), *out = NULL, *cause = NULL;
+
+	if (!s)
+		return NULL;
+	if (fqsql_expand_includes(s, load_beside, (void *)path, &out, &cause)) {
+		fprintf(stderr, "an-run: %s: %s\n", path, cause ? cause : "cannot expand");
+		free(cause);
+	}
+	free(s);
+	return out;
+}
+
+static char *slurp(const char *path)
 {
 	FILE *f = fopen(path, "rb");
 	char *s = NULL;

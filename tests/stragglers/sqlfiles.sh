@@ -47,7 +47,11 @@ for a in stragglers netcheck; do
 	if [ "$origin" = "built in" ]; then
 		# the node file: from its SPDX line to the blank line before the merge header
 		awk '/^-- merge SQL/ { exit } /^-- SPDX/ { on = 1 } on' "$T/out" | sed '$d' >"$T/node.sql"
-		cmp -s "$T/node.sql" "$SRC/$a.node.sql" || fail "built-in $a.node.sql differs from $SRC"
+		# (the source's "-- include: NAME.sql" lines in place, as fleetq reads it)
+		awk -v d="$SRC" '/^-- include: / { f = d "/" $3; while ((getline l < f) > 0) print l
+			close(f); next } { print }' "$SRC/$a.node.sql" >"$T/src.sql"
+		cmp -s "$T/node.sql" "$T/src.sql" || fail "built-in $a.node.sql differs from $SRC"
+		grep -q "^jobproc AS MATERIALIZED" "$T/node.sql" || fail "built-in $a: no jobproc.sql"
 	fi
 done
 
@@ -65,6 +69,23 @@ FLEETQ_SQL_DIR=$T/sql "$FLEETQ" -w 127.0.0.1:1 stragglers >"$T/out" 2>"$T/err"
 rc=$?
 [ $rc = 2 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "$T/sql/stragglers.merge.sql: no such column" "$T/err" ||
 	fail "broken merge file: rc=$rc $(cat "$T/err")"
+# the shared CTE (jobproc.sql, named by an include line) comes from the same folder
+echo "-- my jobproc" >>"$T/sql/jobproc.sql"
+FLEETQ_SQL_DIR=$T/sql "$FLEETQ" netcheck --show-sql >"$T/out" 2>"$T/err" ||
+	fail "adapted jobproc.sql: $(cat "$T/err")"
+grep -q "^-- my jobproc$" "$T/out" || fail "adapted jobproc.sql not used"
+grep -q "^-- include: " "$T/out" && fail "include line shown unexpanded"
+mv "$T/sql/jobproc.sql" "$T/sql/jobproc.sql.x"
+FLEETQ_SQL_DIR=$T/sql "$FLEETQ" -w 127.0.0.1:1 netcheck >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "cannot read '$T/sql/jobproc.sql'" "$T/err" ||
+	fail "missing included file: rc=$rc $(cat "$T/err")"
+printf -- '-- include: jobproc.sql\n' >"$T/sql/jobproc.sql"
+FLEETQ_SQL_DIR=$T/sql "$FLEETQ" -w 127.0.0.1:1 netcheck >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc = 2 ] && grep -q "includes another file: one level only" "$T/err" ||
+	fail "nested include: rc=$rc $(cat "$T/err")"
+mv "$T/sql/jobproc.sql.x" "$T/sql/jobproc.sql"
 rm "$T/sql/netcheck.node.sql"
 FLEETQ_SQL_DIR=$T/sql "$FLEETQ" -w 127.0.0.1:1 netcheck >"$T/out" 2>"$T/err"
 rc=$?
