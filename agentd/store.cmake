@@ -18,7 +18,9 @@ add_library(agentd_store STATIC
   ${CMAKE_CURRENT_LIST_DIR}/store_file.c
   ${CMAKE_CURRENT_LIST_DIR}/ib.c
   ${CMAKE_CURRENT_LIST_DIR}/syncwait.c
-  ${CMAKE_CURRENT_LIST_DIR}/nvml.c)
+  ${CMAKE_CURRENT_LIST_DIR}/nvml.c
+  ${CMAKE_CURRENT_LIST_DIR}/nvml_map.c
+  ${CMAKE_CURRENT_LIST_DIR}/nvml_thread.c)
 target_include_directories(agentd_store PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(agentd_store PUBLIC fq_sql PkgConfig::SQLITE3 Threads::Threads
                       ${CMAKE_DL_LIBS})

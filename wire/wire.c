@@ -8,6 +8,10 @@
  * walks the payload and checks every container and string length against the
  * bytes left (DESIGN.md section 7), then a typed pass reads the body. The
  * encoding is plain msgpack; tests cross-check it against msgpack-c.
+ *
+ * One file on purpose, though long: it is one concern, the bytes of the protocol, and each
+ * frame's encoder, validator and decoder sit together so that a field changes in one place,
+ * with the always-inline per-value helpers of the ROWS hot paths in the same unit.
  */
 #include "wire.h"
 #include "cause.h"
