@@ -540,6 +540,14 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 	s->ranks = sqlite3_column_int(st, 0);
 	s->comms = sqlite3_column_int(st, 1);
 	sqlite3_finalize(st);
+	/* a pipeline of one rank a stage: send/recv, and no collective to compare ranks by */
+	if (!s->ranks && !netcheck &&
+	    sqlite3_prepare_v2(db, "SELECT count(*) FROM results WHERE kind = 'p2p'", -1, &st,
+			       NULL) == SQLITE_OK) {
+		if (sqlite3_step(st) == SQLITE_ROW)
+			s->p2p_only = sqlite3_column_int(st, 0) > 0;
+		sqlite3_finalize(st);
+	}
 	/*
 	 * A rank answers once per communicator, on whichever node and pid it ran. Of a
 	 * communicator active in the window, a rank whose node sent its newest collective

@@ -78,6 +78,7 @@ struct an_seen {
 	int partial;	      /* communicators with fewer ranks answering than declared */
 	char *comm;	      /* the first of them (malloc'd) ... */
 	int answered, declared; /* ... its ranks that answered, and its nranks */
+	int p2p_only;	      /* no rank, but Send/Recv in the window ('p2p' rows) */
 };
 int an_seen(sqlite3 *db, int netcheck, struct an_seen *s);
 void an_seen_release(struct an_seen *s);

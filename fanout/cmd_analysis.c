@@ -45,7 +45,11 @@ static char *analysis_short(const struct an_seen *s, const struct query_opts *q,
 		snprintf(win, sizeof(win), "the last %s", q->since_text ? q->since_text : "60s");
 	else
 		snprintf(win, sizeof(win), "all time");
-	if (!s->ranks)
+	if (!s->ranks && s->p2p_only)
+		r = asprintf(&m, "only send/recv%s in %s on %zu node%s, no collective to compare "
+				 "ranks by: stragglers judges collectives", job, win, nodes,
+			     nodes == 1 ? "" : "s");
+	else if (!s->ranks)
 		r = asprintf(&m, "no collectives%s in %s on %zu node%s: check %s", job, win,
 			     nodes, nodes == 1 ? "" : "s",
 			     q->since_ns ? q->job ? "--job/--since" : "--since"

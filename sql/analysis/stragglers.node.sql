@@ -189,7 +189,9 @@ kcut AS (
 	FROM kw, prm GROUP BY kw.nccl_comm, kw.op
 ),
 -- Send/Recv of the window's processes, read as a range of the table's key: from :since_ns,
--- else from the window's first collective (the merge weighs who waited on whom across them)
+-- else from the window's first collective (the merge weighs who waited on whom across them).
+-- A window without a collective (a pipeline of one rank a stage) sends those of the job and
+-- communicator asked for: fleetq then says that only send/recv ran, not that nothing did
 pw0 AS MATERIALIZED (
 	SELECT c.comm_hash, c.rank, max(c.nranks) AS nranks, c.pid, count(*) AS n,
 	       min(c.ts_ns) AS ts_ns,
@@ -198,7 +200,12 @@ pw0 AS MATERIALIZED (
 	FROM prm CROSS JOIN collectives c
 	WHERE c.ts_ns >= max(prm.since_ns, coalesce((SELECT min(ts_ns) FROM win), 0))
 	  AND c.op IN ('Send', 'Recv') AND c.peer IS NOT NULL AND c.comm_hash IS NOT NULL
-	  AND c.pid IN (SELECT pid FROM win)
+	  AND (c.pid IN (SELECT pid FROM win)
+	       OR (NOT EXISTS (SELECT 1 FROM win)
+		   AND (prm.comm IS NULL OR c.comm_hash = prm.comm)
+		   AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM jobproc WHERE sole)
+			OR EXISTS (SELECT 1 FROM jobproc j
+				   WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))))
 	GROUP BY c.comm_hash, c.rank, c.pid
 ),
 -- a communicator made by ncclCommSplit has no rank on the CPU side: the plugin's rows of

@@ -117,4 +117,21 @@ expect_rc 0 "stragglers, a rank idle on its communicator in the window"
 fq -w "$P0" stragglers --since 10s
 expect_rc 3 "stragglers without the idle rank's node"
 err_has "^fleetq: 1 of 2 ranks of communicator 00000000000000aa answered: query every node of the job$"
+
+# a pipeline of one rank a stage: only send/recv in the window, nothing to compare ranks by
+for k in 0 1; do
+	"$TRACEGEN" --out "$T/s$k.db" --node "ss$k" --ranks 1 --rank-base $k --nranks 2 \
+		--steps 200 --end "$NOW_S" --seed 11 --comm-hash 00000000000000bb >"$T/gen.log" 2>&1 ||
+		fail "fq-tracegen ss$k"
+	python3 -c "import sqlite3, sys
+d = sqlite3.connect(sys.argv[1])
+d.execute(\"UPDATE collectives SET op = CASE WHEN rank = 0 THEN 'Send' ELSE 'Recv' END, \"
+          \"peer = 1 - rank\")
+d.commit()" "$T/s$k.db" || fail "send/recv ss$k"
+	start_agent "s$k" "$T/s$k.db" ca
+	SS="${SS:-}${SS:+,}127.0.0.1:$PORT"
+done
+fq -w "$SS" stragglers --since 10s
+expect_rc 3 "stragglers over send/recv only"
+err_has "^fleetq: only send/recv in the last 10s on 2 nodes, no collective to compare ranks by: stragglers judges collectives$"
 echo "false-clear: ok"
