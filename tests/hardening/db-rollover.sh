@@ -11,25 +11,9 @@
 #   a byte changes; queries serve it read-only), says why once in its log, and
 #   starts a new trace there once the path is free again.
 . "$(dirname "$0")/lib.sh"
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for BPF" >&2; exit 77; }
-[ "${AGENTD_HAVE_TRACE:-0}" = 1 ] || { echo "SKIP: agentd built without tracing" >&2; exit 77; }
-[ -n "${FQ_WORKLOAD:-}" ] || { echo "SKIP: no stand-in workload" >&2; exit 77; }
-S=$(dirname "$FQ_WORKLOAD")
-LIBS="lib:$S/libnccl.so.2,lib:$S/libcudart.so.13,lib:$S/libcuda.so.1"
-DB=$T/trace.db
+need_trace
 
-"$AGENTD" --listen 127.0.0.1:0 --insecure --db "$DB" --node roll \
-	--probes "nccl,sync,proc,$LIBS" --port-file "$T/a.port" 2>"$T/a.log" &
-APID=$!
-PIDS="$PIDS $APID"
-i=0
-until grep -q 'serving' "$T/a.log"; do
-	kill -0 "$APID" 2>/dev/null || fail "agentd exited at start"
-	i=$((i + 1))
-	[ $i -lt 300 ] || fail "agentd did not start"
-	sleep 0.05
-done
-A=$(cat "$T/a.port")
+trace_agent a roll "nccl,sync,proc,$LIBS"
 "$FQ_WORKLOAD" --ranks 2 --steps 400000 --step-us 2000 --job-id roll-$$ >"$T/wl.log" 2>&1 &
 PIDS="$PIDS $!"
 

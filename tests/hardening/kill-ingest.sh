@@ -5,30 +5,11 @@
 # from 0 without a hole), what was lost is bounded by what was in flight, and a
 # restarted agentd on the same file serves it and goes on writing.
 . "$(dirname "$0")/lib.sh"
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for BPF" >&2; exit 77; }
-[ "${AGENTD_HAVE_TRACE:-0}" = 1 ] || { echo "SKIP: agentd built without tracing" >&2; exit 77; }
-[ -n "${FQ_WORKLOAD:-}" ] || { echo "SKIP: no stand-in workload" >&2; exit 77; }
-S=$(dirname "$FQ_WORKLOAD")
-LIBS="lib:$S/libnccl.so.2,lib:$S/libcudart.so.13,lib:$S/libcuda.so.1"
-DB=$T/trace.db
+need_trace
 
-trace_agent() { # log name
-	rm -f "$T/$1.port"
-	"$AGENTD" --listen 127.0.0.1:0 --insecure --db "$DB" --node kill \
-		--probes "nccl,sync,sched,proc,$LIBS" --port-file "$T/$1.port" 2>"$T/$1.log" &
-	APID=$!
-	PIDS="$PIDS $APID"
-	i=0
-	until grep -q 'serving' "$T/$1.log"; do
-		kill -0 "$APID" 2>/dev/null || fail "agentd ($1) exited at start"
-		i=$((i + 1))
-		[ $i -lt 300 ] || fail "agentd ($1) did not start"
-		sleep 0.05
-	done
-}
 q() { sqlite3 -batch -noheader "$DB" "$@"; }
 
-trace_agent first
+trace_agent first kill "nccl,sync,sched,proc,$LIBS"
 "$FQ_WORKLOAD" --ranks 4 --steps 4000 --step-us 200 --job-id kill-$$ >"$T/wl.log" 2>&1 &
 WL=$!
 PIDS="$PIDS $WL"
@@ -55,7 +36,7 @@ echo "ok: every rank's committed collectives run from seq 0 without a hole"
 issued=$((4 * 4000))
 [ "$before" -lt "$issued" ] || fail "all $issued collectives committed before the kill: kill came too late"
 
-trace_agent second
+trace_agent second kill "nccl,sync,sched,proc,$LIBS"
 [ "$(q "PRAGMA integrity_check")" = ok ] || fail "trace file not intact after restart"
 "$FLEETQ" --insecure -w "127.0.0.1:$(cat "$T/second.port")" --format tsv \
 	"SELECT count(*) FROM collectives" >"$T/out" 2>"$T/err" || fail "restarted agent did not serve: $(cat "$T/err")"

@@ -75,3 +75,35 @@ no_rows() {
 vmhwm() {
 	awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"
 }
+
+# need_trace: skips unless this run can trace the stand-in workload (root, an agentd built
+# with the tracer, fq-workload); sets LIBS (the stand-in's libraries, for --probes) and DB.
+need_trace() {
+	[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for BPF" >&2; exit 77; }
+	[ "${AGENTD_HAVE_TRACE:-0}" = 1 ] || { echo "SKIP: agentd built without tracing" >&2; exit 77; }
+	[ -n "${FQ_WORKLOAD:-}" ] || { echo "SKIP: no stand-in workload" >&2; exit 77; }
+	S=$(dirname "$FQ_WORKLOAD")
+	LIBS="lib:$S/libnccl.so.2,lib:$S/libcudart.so.13,lib:$S/libcuda.so.1"
+	DB=$T/trace.db
+}
+
+# trace_agent NAME NODE PROBES [ARG...]: a tracing agentd writing $DB, plaintext on a free
+# loopback port, its stderr in $T/NAME.log; returns once it serves, with APID and A (its
+# port) set.
+trace_agent() {
+	_n=$1 _node=$2 _probes=$3
+	shift 3
+	rm -f "$T/$_n.port"
+	"$AGENTD" --listen 127.0.0.1:0 --insecure --db "$DB" --node "$_node" --probes "$_probes" \
+		--port-file "$T/$_n.port" "$@" 2>"$T/$_n.log" &
+	APID=$!
+	PIDS="$PIDS $APID"
+	_i=0
+	until grep -q 'serving' "$T/$_n.log"; do
+		kill -0 "$APID" 2>/dev/null || fail "agentd ($_n) exited at start"
+		_i=$((_i + 1))
+		[ $_i -lt 300 ] || fail "agentd ($_n) did not start"
+		sleep 0.05
+	done
+	A=$(cat "$T/$_n.port")
+}

@@ -6,25 +6,9 @@
 # errors, and the writer (which has no budget) goes on committing collectives
 # meanwhile, with no write error.
 . "$(dirname "$0")/lib.sh"
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for BPF" >&2; exit 77; }
-[ "${AGENTD_HAVE_TRACE:-0}" = 1 ] || { echo "SKIP: agentd built without tracing" >&2; exit 77; }
-[ -n "${FQ_WORKLOAD:-}" ] || { echo "SKIP: no stand-in workload" >&2; exit 77; }
-S=$(dirname "$FQ_WORKLOAD")
-LIBS="lib:$S/libnccl.so.2,lib:$S/libcudart.so.13,lib:$S/libcuda.so.1"
-DB=$T/trace.db
+need_trace
 
-"$AGENTD" --listen 127.0.0.1:0 --insecure --db "$DB" --node budget --timeout-ms 2000 \
-	--probes "nccl,sync,sched,proc,$LIBS" --port-file "$T/a.port" 2>"$T/a.log" &
-APID=$!
-PIDS="$PIDS $APID"
-i=0
-until grep -q 'serving' "$T/a.log"; do
-	kill -0 "$APID" 2>/dev/null || fail "agentd exited at start"
-	i=$((i + 1))
-	[ $i -lt 300 ] || fail "agentd did not start"
-	sleep 0.05
-done
-A=$(cat "$T/a.port")
+trace_agent a budget "nccl,sync,sched,proc,$LIBS" --timeout-ms 2000
 "$FQ_WORKLOAD" --ranks 4 --steps 200000 --step-us 500 --job-id budget-$$ >"$T/wl.log" 2>&1 &
 WL=$!
 PIDS="$PIDS $WL"

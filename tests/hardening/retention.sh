@@ -15,12 +15,7 @@ grep -q "^agentd: --retain-bytes 1000 is below 1048576" "$T/x.err" ||
 grep -q "^agentd: --retain-age bounds the trace agentd writes: with --no-trace" "$T/x.err" ||
 	fail "--retain-age with --no-trace: $(cat "$T/x.err")"
 
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for BPF" >&2; exit 77; }
-[ "${AGENTD_HAVE_TRACE:-0}" = 1 ] || { echo "SKIP: agentd built without tracing" >&2; exit 77; }
-[ -n "${FQ_WORKLOAD:-}" ] || { echo "SKIP: no stand-in workload" >&2; exit 77; }
-S=$(dirname "$FQ_WORKLOAD")
-LIBS="lib:$S/libnccl.so.2,lib:$S/libcudart.so.13,lib:$S/libcuda.so.1"
-DB=$T/trace.db
+need_trace
 BOUND=1048576
 
 "$AGENTD" --listen 127.0.0.1:0 --insecure --db "$DB" --node retain --retain-bytes $BOUND \
