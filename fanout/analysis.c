@@ -520,15 +520,31 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 {
 	/* the rows of the window, as count_ranks() reads them ('last' rows are older) */
 	const char *in = netcheck ? "source = 'span'" : "kind = 'rank'";
+	/*
+	 * A communicator made by ncclCommSplit has no rank on the CPU side: its node's plugin
+	 * rows ('kern') of that process and communicator carry it, as the merge reads them.
+	 */
+	const char *rs = netcheck ? "WITH rs AS (SELECT * FROM results) "
+				  : "WITH kr AS (SELECT node, pid, comm_hash, max(rank) AS rank, "
+				    "max(nranks) AS nranks FROM results WHERE kind = 'kern' AND "
+				    "comm_hash IS NOT NULL GROUP BY node, pid, comm_hash), "
+				    "rs AS (SELECT x.kind, x.comm_hash, coalesce(x.rank, k.rank) AS rank, "
+				    "coalesce(x.nranks, k.nranks) AS nranks FROM results x LEFT JOIN kr k "
+				    "ON (x.rank IS NULL OR x.nranks IS NULL) AND k.node = x.node AND "
+				    "k.pid = x.pid AND k.comm_hash = x.comm_hash) ";
 	sqlite3_stmt *st = NULL;
 	const unsigned char *c;
+	char *head;
 	int rc;
 
 	memset(s, 0, sizeof(*s));
-	rc = prepare_where(db,
-			   "SELECT count(*), count(DISTINCT comm_hash) FROM (SELECT DISTINCT "
-			   "comm_hash, rank FROM results WHERE ",
-			   in, " AND comm_hash IS NOT NULL AND rank IS NOT NULL)", &st);
+	head = sqlite3_mprintf("%sSELECT count(*), count(DISTINCT comm_hash) FROM (SELECT DISTINCT "
+			       "comm_hash, rank FROM rs WHERE ",
+			       rs);
+	rc = head ? prepare_where(db, head, in, " AND comm_hash IS NOT NULL AND rank IS NOT NULL)",
+				  &st)
+		  : SQLITE_NOMEM;
+	sqlite3_free(head);
 	if (rc == SQLITE_NOMEM)
 		return -ENOMEM;
 	if (rc != SQLITE_OK)
@@ -555,8 +571,10 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 	 * communicator in the window (a pipeline's world communicator carries send/recv and a
 	 * barrier now and then; a stopped rank is the merge's 'hung').
 	 */
-	rc = prepare_where(db, "SELECT comm_hash, count(DISTINCT rank), max(nranks) FROM results "
-			   "WHERE (", in,
+	head = sqlite3_mprintf("%sSELECT comm_hash, count(DISTINCT rank), max(nranks) FROM rs "
+			       "WHERE (",
+			       rs);
+	rc = head ? prepare_where(db, head, in,
 			   netcheck ? ") AND comm_hash IS NOT NULL AND rank IS NOT NULL "
 				      "GROUP BY comm_hash HAVING count(DISTINCT rank) < max(nranks) "
 				      "ORDER BY comm_hash"
@@ -564,7 +582,9 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 				      "AND comm_hash IN (SELECT comm_hash FROM results WHERE "
 				      "kind = 'rank') GROUP BY comm_hash "
 				      "HAVING count(DISTINCT rank) < max(nranks) ORDER BY comm_hash",
-			   &st);
+			   &st)
+		  : SQLITE_NOMEM;
+	sqlite3_free(head);
 	if (rc == SQLITE_NOMEM)
 		return -ENOMEM;
 	if (rc != SQLITE_OK)

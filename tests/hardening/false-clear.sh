@@ -134,4 +134,26 @@ done
 fq -w "$SS" stragglers --since 10s
 expect_rc 3 "stragglers over send/recv only"
 err_has "^fleetq: only send/recv in the last 10s on 2 nodes, no collective to compare ranks by: stragglers judges collectives$"
+# a communicator made by ncclCommSplit (a pipeline stage's data-parallel group): agentd sees
+# no rank or size for it on the CPU side, only the plugin's kernel rows carry them. Its
+# ranks answered: a verdict, exit 0; one of its two nodes: 1 of 2 answered, exit 3
+for k in 0 1; do
+	"$TRACEGEN" --out "$T/c$k.db" --node "cs$k" --ranks 1 --rank-base $k --nranks 2 \
+		--steps 200 --end "$NOW_S" --seed 13 --kernels --comm-hash 00000000000000cc \
+		>"$T/gen.log" 2>&1 || fail "fq-tracegen cs$k"
+	python3 -c "import sqlite3, sys
+d = sqlite3.connect(sys.argv[1])
+for t in ('collectives', 'comms'):
+    d.execute('UPDATE %s SET rank = NULL, nranks = NULL' % t)
+assert d.execute('SELECT count(*) FROM nccl_kernels WHERE comm_hash IS NOT NULL').fetchone()[0]
+d.commit()" "$T/c$k.db" || fail "split communicator cs$k"
+	start_agent "c$k" "$T/c$k.db" ca
+	CS="${CS:-}${CS:+,}127.0.0.1:$PORT"
+	[ $k = 0 ] && C0=127.0.0.1:$PORT
+done
+fq -w "$CS" stragglers --since 10s
+expect_rc 0 "stragglers on a split communicator"
+fq -w "$C0" stragglers --since 10s
+expect_rc 3 "stragglers on one node of a split communicator"
+err_has "^fleetq: 1 of 2 ranks of communicator 00000000000000cc answered: query every node of the job$"
 echo "false-clear: ok"
