@@ -58,6 +58,7 @@ struct query_opts {
 	char *comm;
 	long long max_seqs; /* -1: DEFAULT_MAX_SEQS; 0: no bound */
 	double threshold; /* < 0: the file's default */
+	double min_effect; /* stragglers, percent; < 0: the file's default */
 	int all, show_sql;
 	const char *fail_if;
 	const char *output; /* timeline -o */

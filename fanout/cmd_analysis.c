@@ -119,6 +119,12 @@ static int load_plan(struct run *r, const char *all, int with_why)
 		NULL,
 	};
 	r->mp[r->nmp++] = (struct an_param){
+		":min_effect",
+		q->min_effect > 0 ? (struct wire_value){ .type = WIRE_REAL, .d = q->min_effect / 100 }
+				  : (struct wire_value){ .type = WIRE_NULL },
+		NULL,
+	};
+	r->mp[r->nmp++] = (struct an_param){
 		all,
 		q->all || r->bars ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
 				  : (struct wire_value){ .type = WIRE_NULL },

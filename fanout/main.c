@@ -108,6 +108,8 @@ static const char usage_text[] =
 	"                           the window (default 1000; 0 = no bound): bounds what each\n"
 	"                           node reads, whatever --since says\n"
 	"  --threshold Z            robust z-score that counts as deviant (default 3.5)\n"
+	"  --min-effect PCT         stragglers: name a rank only when its peers lost at least\n"
+	"                           PCT%% of the span to it (default 3; 5 for a pair of ranks)\n"
 	"  --all                    every rank (stragglers) or every counter (netcheck)\n"
 	"  --show-sql               print the node and merge SQL with their parameters, exit\n"
 	"  --bars[=WHEN]            stragglers: after the report, a bar per rank and signal\n"
@@ -205,6 +207,7 @@ enum {
 	OPT_COMM,
 	OPT_MAX_SEQS,
 	OPT_THRESHOLD,
+	OPT_MIN_EFFECT,
 	OPT_ALL,
 	OPT_SHOW_SQL,
 	OPT_FAIL_IF,
@@ -253,6 +256,7 @@ static const struct option long_opts[] = {
 	{ "comm", required_argument, NULL, OPT_COMM },
 	{ "max-seqs", required_argument, NULL, OPT_MAX_SEQS },
 	{ "threshold", required_argument, NULL, OPT_THRESHOLD },
+	{ "min-effect", required_argument, NULL, OPT_MIN_EFFECT },
 	{ "all", no_argument, NULL, OPT_ALL },
 	{ "show-sql", no_argument, NULL, OPT_SHOW_SQL },
 	{ "fail-if", required_argument, NULL, OPT_FAIL_IF },
@@ -302,6 +306,7 @@ static unsigned opt_cmds(int c)
 	case OPT_BARS:
 	case OPT_WATCH:
 	case OPT_EXIT_ON_STRAGGLER:
+	case OPT_MIN_EFFECT:
 		return 1u << CMD_STRAGGLERS;
 	case OPT_THRESHOLD:
 	case OPT_ALL:
@@ -555,6 +560,15 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 					"e.g. 3.5",
 					optarg);
 			break;
+		case OPT_MIN_EFFECT:
+			errno = 0;
+			q->min_effect = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(q->min_effect > 0) ||
+			    q->min_effect >= 100)
+				return usage_error("--min-effect: invalid share '%s': use a percentage "
+						   "of the span above 0 and below 100, e.g. 3",
+						   optarg);
+			break;
 		case OPT_ALL:
 			q->all = 1;
 			break;
@@ -759,7 +773,7 @@ int main(int argc, char **argv)
 {
 	struct query_opts q = { .min_coverage = 1.0, .max_bytes = -1, .pings = -1,
 				.since_ns = -1, .max_seqs = -1,
-				.threshold = -1, .gate = { .tolerance = -1, .mad_k = -1 } };
+				.threshold = -1, .min_effect = -1, .gate = { .tolerance = -1, .mad_k = -1 } };
 	const char **pos = NULL;
 	size_t npos = 0;
 	const struct cmd *c;

@@ -13,7 +13,7 @@
 --   :threshold      robust z above which a signal counts (3.5, Iglewicz-Hoaglin)
 --   :min_effect     a signal names a rank only when its effect is at least this share of
 --                   the span (wait, GPU) or of the step (lateness): the peers' lost time
---                   (0.02)
+--                   (0.03; `fleetq stragglers --min-effect PCT`)
 --   :floor          the MAD is floored at this share of the span (totals) or of the step
 --                   (lateness): noise between equal ranks never scores; a rank that waited
 --                   more than a peer of its Send/Recv by more than this share of the span
@@ -51,8 +51,8 @@ jr AS (
 	WHERE kind IN ('rank', 'kern') AND job_rank IS NOT NULL GROUP BY node, pid
 ),
 prm AS (
-	SELECT coalesce(:threshold, 3.5) AS thr, coalesce(:min_effect, 0.02) AS eff,
-	       max(coalesce(:pair_effect, 0.05), coalesce(:min_effect, 0.02)) AS peff,
+	SELECT coalesce(:threshold, 3.5) AS thr, coalesce(:min_effect, 0.03) AS eff,
+	       max(coalesce(:pair_effect, 0.05), coalesce(:min_effect, 0.03)) AS peff,
 	       coalesce(:floor, 0.005) AS fl, coalesce(:min_effect_ns, 20000) AS fl_ns,
 	       coalesce(:clock_margin, 10) AS ck, coalesce(:hang_ns, 1.5e9) AS hang_ns,
 	       coalesce(:all_ranks, 0) AS all_ranks

@@ -267,7 +267,7 @@ static void t_gpu(const char *pct)
 /*
  * A verdict needs an effect, not only a z: rank 6 is 1 % slower, consistently. With the
  * MAD floor lowered its z is huge, but its peers lose 1 % of the span, under :min_effect
- * (2 %): ok. Lower :min_effect to 0.5 % and the same rank is named.
+ * (3 %): ok. Lower :min_effect to 0.5 % and the same rank is named.
  */
 static void t_effect(void)
 {
