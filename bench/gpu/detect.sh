@@ -7,7 +7,8 @@
 # sync every step or every 20) and asks fleetq after each phase. Writes OUT/summary.tsv
 # (phase, planted rank, fleetq's exit and first named rank, signals, effect), OUT/phases.tgz
 # (every phase's report and --all TSV) and the agents' logs.
-# usage: bench/gpu/detect.sh BINDIR OUT [ddp|fsdp|overhead]...
+# usage: bench/gpu/detect.sh BINDIR OUT [ddp|fsdp|pipeline|blocking|loaded|gptddp|gptfsdp|ttd|overhead]...
+#   gptddp, gptfsdp: the same with a transformer language model (train.py --model gpt, GPT_ARGS)
 #   BINDIR holds agentd, fleetq (static builds carried) and libfleetq-nccl-profiler.so
 set -u
 bin=$(cd "$1" && pwd) out=$2
@@ -95,17 +96,24 @@ phases_pipeline=${PHASES_PIPELINE:-pclean1=clean,pstall20=stall:20,pbusy20=busy:
 phases_blocking=${PHASES_BLOCKING:-bclean1=clean,bstall20=stall:20,bbusy20=busy:20,bgpu20=gpu:20,bgpu10=gpu:10,bclean2=clean}
 phases_loaded=${PHASES_LOADED:-lclean1=clean,lclean2=clean/s20,lgpu20=gpu:20,lclean3=clean,lstall20=stall:20,lclean4=clean/s20,lclean5=clean,lclean6=clean/s20}
 phases_ttd=${PHASES_TTD:-tgpu20=gpu:20@0.34,tstall20=stall:20@0.34,tbusy20=busy:20@0.34,tgpu10=gpu:10@0.34}
+phases_gptddp=${PHASES_GPTDDP:-gclean1=clean,gstall20=stall:20,ggpu20=gpu:20,gbusy20=busy:20,gclean2=clean/s20,ggpu10=gpu:10,gstall10s20=stall:10/s20,gclean3=clean}
+phases_gptfsdp=${PHASES_GPTFSDP:-hclean1=clean,hstall20=stall:20,hgpu20=gpu:20,hbusy20=busy:20,hclean2=clean,hgpu10=gpu:10,hclean3=clean}
 phases_fsdp=${PHASES_FSDP:-fclean1=clean,fstall20=stall:20,fgpu20=gpu:20,fbusy20=busy:20,fclean2=clean,fstall10=stall:10,fgpu10=gpu:10,fbusy10=busy:10,fstall20s20=stall:20/s20,fgpu20s20=gpu:20/s20,fclean3=clean}
 printf "phase\tplanted\tfleetq_rc\tnamed (effect)\tsignals\n" >"$out/summary.tsv"
 
 for w in $what; do
 	case $w in
-	ddp | fsdp | pipeline | blocking | loaded)
+	ddp | fsdp | pipeline | blocking | loaded | gptddp | gptfsdp)
 		shape=$w
 		eval "ph=\$phases_$w"
+		margs=
 		case $w in
 		blocking) shape=ddp ;;
 		loaded) shape=ddp ;;
+		gpt*)
+			shape=${w#gpt}
+			margs=${GPT_ARGS:---model gpt --layers 12 --width 1024 --heads 16 --seq 1024 --batch 8}
+			;;
 		esac
 		start_agents "$w"
 		hogs=()
@@ -119,7 +127,7 @@ for w in $what; do
 		(
 			[ $w = blocking ] && export CUDA_LAUNCH_BLOCKING=1
 			timeout "${JOB_TIMEOUT:-420}" "$py" -m torch.distributed.run --standalone --nproc_per_node="$n" \
-				"$here/train.py" --shape "$shape" --cgroup-parent "$cg" --steps "$steps" \
+				"$here/train.py" --shape "$shape" $margs --cgroup-parent "$cg" --steps "$steps" \
 				--phases "$ph" --out "$out/$w-phases.jsonl" >"$out/$w-torch.log" 2>&1
 		)
 		echo "$w: torchrun exit $?"

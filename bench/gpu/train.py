@@ -7,6 +7,9 @@ The model: --layers Linear(--width, --width) layers with ReLU, batch --batch, SG
 --shape ddp wraps it in DistributedDataParallel (one gradient bucket per layer, all-reduced
 from the autograd thread); --shape fsdp shards every layer with FSDP2 (fully_shard: an
 all-gather per layer in forward and backward, a reduce-scatter per layer in backward);
+--model gpt swaps the MLP for a decoder-only transformer language model (--layers blocks of
+width --width, --heads heads, --seq tokens, --vocab; bf16 autocast, cross-entropy on
+next-token ids; FSDP shards each block); DDP then all-reduces it in its own ~25 MB buckets.
 --shape pipeline splits the layers over 2 stages of world/2 data-parallel ranks each (rank =
 stage * dp + d): --micro micro-batches go forward and their gradients back between the
 stages by send/recv (GPipe order: all forwards, then all backwards), then one all-reduce of
@@ -33,6 +36,11 @@ import torch.distributed as dist
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--shape", choices=["ddp", "fsdp", "pipeline"], default="ddp")
+ap.add_argument("--model", choices=["mlp", "gpt"], default="mlp",
+                help="gpt: a decoder-only transformer language model (ddp and fsdp)")
+ap.add_argument("--seq", type=int, default=1024, help="tokens a sequence (gpt)")
+ap.add_argument("--heads", type=int, default=16, help="attention heads (gpt)")
+ap.add_argument("--vocab", type=int, default=32000, help="vocabulary (gpt)")
 ap.add_argument("--micro", type=int, default=4, help="micro-batches a step (pipeline)")
 ap.add_argument("--onset-dir", default="")
 ap.add_argument("--layers", type=int, default=8)
@@ -59,11 +67,42 @@ torch.cuda.set_device(local)
 dist.init_process_group("nccl", device_id=torch.device("cuda", local))
 rank, world = dist.get_rank(), dist.get_world_size()
 
-layers = []
-nlayers = a.layers // 2 if a.shape == "pipeline" else a.layers
-for _ in range(nlayers):
-    layers += [torch.nn.Linear(a.width, a.width), torch.nn.ReLU()]
-model = torch.nn.Sequential(*layers).cuda()
+
+
+class GPT(torch.nn.Module):
+    """A decoder-only transformer LM: token and position embeddings, --layers pre-norm
+    blocks (causal self-attention and a 4x MLP), a final norm and the vocabulary head."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(a.vocab, a.width)
+        self.pos = torch.nn.Parameter(torch.randn(a.seq, a.width) * 0.02)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.TransformerEncoderLayer(a.width, a.heads, 4 * a.width, dropout=0.0,
+                                             batch_first=True, norm_first=True)
+            for _ in range(a.layers))
+        self.norm = torch.nn.LayerNorm(a.width)
+        self.head = torch.nn.Linear(a.width, a.vocab, bias=False)
+        # not a buffer: DDP would broadcast it every step
+        self.mask = torch.nn.Transformer.generate_square_subsequent_mask(a.seq, device="cuda")
+
+    def forward(self, tok):
+        h = self.emb(tok) + self.pos
+        for b in self.blocks:
+            h = b(h, src_mask=self.mask, is_causal=True)
+        return self.head(self.norm(h))
+
+
+if a.model == "gpt" and a.shape == "pipeline":
+    raise SystemExit("fq-train: --model gpt is for --shape ddp or fsdp")
+if a.model == "gpt":
+    model = GPT().cuda()
+else:
+    layers = []
+    nlayers = a.layers // 2 if a.shape == "pipeline" else a.layers
+    for _ in range(nlayers):
+        layers += [torch.nn.Linear(a.width, a.width), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers).cuda()
 pp_prev = pp_next = dpg = None
 if a.shape == "pipeline":
     dp = world // 2
@@ -76,12 +115,17 @@ elif a.shape == "ddp":
     model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
 else:
     from torch.distributed.fsdp import fully_shard
-    for m in model:
-        if isinstance(m, torch.nn.Linear):
+    for m in (model.blocks if a.model == "gpt" else model):
+        if isinstance(m, (torch.nn.Linear, torch.nn.TransformerEncoderLayer)):
             fully_shard(m)
     fully_shard(model)
 opt = torch.optim.SGD(model.parameters(), lr=1e-6)
 x = torch.randn(a.batch, a.width, device="cuda")
+if a.model == "gpt":
+    # a few batches of token ids, taken in turn (next-token targets are the ids shifted)
+    g = torch.Generator(device="cuda").manual_seed(1234 + rank)
+    toks = [torch.randint(0, a.vocab, (a.batch, a.seq + 1), device="cuda", generator=g)
+            for _ in range(4)]
 extra = torch.randn(2048, 2048, device="cuda")
 
 
@@ -145,6 +189,13 @@ def step(i, fault, sync_every):
             torch.mm(extra, extra)
     if a.shape == "pipeline":
         loss = pp_step()
+    elif a.model == "gpt":
+        t = toks[i % len(toks)]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(t[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, a.vocab),
+                                                 t[:, 1:].reshape(-1))
+        loss.backward()
     else:
         loss = model(x).square().mean()
         loss.backward()
@@ -183,8 +234,8 @@ cal = torch.tensor([step_s, mm_s], device="cuda", dtype=torch.float64)
 dist.broadcast(cal, 0)
 step_s, mm_s = cal.tolist()
 if rank == 0:
-    print("fq-train: %s, %d ranks, step %.2f ms, extra matmul %.3f ms%s" %
-          (a.shape, world, step_s * 1e3, mm_s * 1e3,
+    print("fq-train: %s %s, %d ranks, step %.2f ms, extra matmul %.3f ms%s" %
+          (a.shape, a.model, world, step_s * 1e3, mm_s * 1e3,
            ", CUDA_LAUNCH_BLOCKING=1" if os.environ.get("CUDA_LAUNCH_BLOCKING") == "1" else ""),
           flush=True)
 
@@ -205,7 +256,7 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
     if rank == 0:
         rec = dict(p, target=target if p["kind"] != "clean" else -1, steps=a.steps,
                    steps_per_s=round(a.steps / secs, 2), seconds=round(secs, 3),
-                   shape=a.shape, ranks=world, step_ms=round(step_s * 1e3, 3))
+                   shape=a.shape, model=a.model, ranks=world, step_ms=round(step_s * 1e3, 3))
         cmd = os.environ.get("FQ_ANALYZE")
         if cmd:
             env = dict(os.environ, FQ_SINCE="%.1f" % max(1.0, time.time() - t0 - 0.5),
