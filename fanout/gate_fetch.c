@@ -83,7 +83,7 @@ int gate_fetch(struct gate *g, struct fanout_params *fp, struct merge *m,
 
 		if (!t->need)
 			continue;
-		sql = gate_fetch_sql(t);
+		sql = gate_fetch_sql(t, &cause);
 		one = coverage_new(fp->nhosts, fp->hosts);
 		fp->sql = sql;
 		fo = sql && one ? fanout_new(fp, &cause) : NULL;

@@ -73,7 +73,7 @@ int gate_add_builtins(struct gate *g, const char *list);
 
 /* gate_plan.c */
 int gate_plan_tables(struct gate *g);
-char *gate_fetch_sql(const struct table *t);
+char *gate_fetch_sql(const struct table *t, char **cause);
 
 /* gate_baseline.c */
 int gate_load_baseline(struct gate *g, const char *path);

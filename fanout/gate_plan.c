@@ -13,22 +13,58 @@
 
 #include "coverage.h"
 #include "fqsql.h"
+#include "sqlfiles.h"
 #include "strbuf.h"
 
 /*
- * The job's processes, each over its own life, not its pid (pids are reused), as
- * sql/analysis/stragglers.node.sql's jobproc: from its start (less a second: start_ns is
- * read on another clock than the events; never before the previous process of the pid
- * ended) to its exit (unrecorded: until the next process of the pid began).
+ * The job's processes, each over its own life, not its pid (pids are reused): the CTE jobproc
+ * of sql/analysis/jobproc.sql, the analyses' own rule, loaded as they load it (an adapted copy
+ * in $FLEETQ_SQL_DIR counts here too). It reads the job from prm.job: here ?2. The file holds
+ * one CTE of a WITH list, ending in a comma; here it ends the list, so the comma goes, and so
+ * do the file's comment lines around it (the SQL goes to every node).
+ * Appends "WITH prm ..., jobproc ... " to b; 0, or -errno with *cause.
  */
-static const char job_proc[] =
-	"WITH jobproc AS MATERIALIZED (SELECT p.pid, "
-	"coalesce(max(p.start_ns - 1000000000, (SELECT max(coalesce(q.exit_ns, p.start_ns - 1)) "
-	"+ 1 FROM processes q WHERE q.pid = p.pid AND q.start_ns < p.start_ns)), "
-	"p.start_ns - 1000000000) AS lo, "
-	"coalesce(p.exit_ns, (SELECT min(q.start_ns) - 1 FROM processes q WHERE q.pid = p.pid "
-	"AND q.start_ns > p.start_ns), 9223372036854775807) AS hi "
-	"FROM processes p WHERE p.job_id = ?2) ";
+static int job_proc(struct strbuf *b, char **cause)
+{
+	char *origin = NULL, *s = sqlfile_load("jobproc.sql", &origin, cause);
+	const char *p = s;
+	size_t n;
+	int err = 0;
+
+	if (!s)
+		return -(errno ? errno : ENOENT);
+	/* the leading comment lines (and blank ones) */
+	while (*p == '-' || *p == '\n' || *p == '\r' || *p == ' ' || *p == '\t') {
+		if (*p == '-' && p[1] != '-')
+			break;
+		p += *p == '-' ? strcspn(p, "\n") : 1;
+	}
+	/* the trailing ones, then the comma */
+	n = strlen(p);
+	for (;;) {
+		const char *bol;
+
+		while (n && strchr(" \t\r\n", p[n - 1]))
+			n--;
+		for (bol = p + n; bol > p && bol[-1] != '\n'; bol--)
+			;
+		if (strncmp(bol, "--", 2))
+			break;
+		n = (size_t)(bol - p);
+	}
+	if (!n || p[n - 1] != ',') {
+		err = fq_fail(cause, -EINVAL, "%s: want one CTE ending in ',' (jobproc AS (...),)",
+			      origin ? origin : "jobproc.sql");
+		goto out;
+	}
+	sb_puts(b, "WITH prm AS (SELECT ?2 AS job),\n");
+	sb_add(b, p, n - 1);
+	sb_puts(b, "\n");
+out:
+	free(origin);
+	free(s);
+	return err;
+}
 
 static int read_auth(void *arg, int action, const char *a1, const char *a2, const char *db,
 		     const char *trigger)
@@ -217,14 +253,18 @@ out:
  * start, on the node's clock; NULL: all time) and the job (?2: SLURM_JOB_ID; NULL: all).
  * Both parameters appear in every statement: the agent binds all it is sent.
  * A row is the job's when its process was, at its ts_ns: pids are reused (job_proc).
+ * NULL with *cause (caller frees) when jobproc.sql cannot be read, or out of memory.
  */
-char *gate_fetch_sql(const struct table *t)
+char *gate_fetch_sql(const struct table *t, char **cause)
 {
 	struct strbuf b = STRBUF_INIT;
 	int first = 1;
 
-	if (t->has_pid && t->has_ts)
-		sb_puts(&b, job_proc);
+	*cause = NULL;
+	if (t->has_pid && t->has_ts && job_proc(&b, cause)) {
+		sb_release(&b);
+		return NULL;
+	}
 	sb_puts(&b, "SELECT ");
 	for (int k = 0; k < t->ncols; k++)
 		if (t->need & 1u << k) {
@@ -249,6 +289,11 @@ char *gate_fetch_sql(const struct table *t)
 			    "?2))");
 	else
 		sb_puts(&b, " AND (?2 IS NULL OR 1)");
+	if (b.oom) {
+		sb_release(&b);
+		fq_fail(cause, -ENOMEM, "out of memory");
+		return NULL;
+	}
 	return sb_detach(&b);
 }
 
@@ -268,9 +313,15 @@ int gate_show_sql(const struct gate_args *a)
 	       "(NULL: all time), ?2 = --job (NULL: all)\n");
 	for (int i = 0; i < g.nt; i++)
 		if (g.t[i].need) {
-			char *s = gate_fetch_sql(&g.t[i]);
+			char *cause = NULL, *s = gate_fetch_sql(&g.t[i], &cause);
 
-			printf("-- table %s\n%s;\n", g.t[i].name, s ? s : "(out of memory)");
+			if (!s) {
+				ret = gate_error("table %s: %s", g.t[i].name,
+						 cause ? cause : "out of memory");
+				free(cause);
+				goto out;
+			}
+			printf("-- table %s\n%s;\n", g.t[i].name, s);
 			free(s);
 		}
 	printf("\n-- metrics, run over the merged tables (each with a node column)\n");

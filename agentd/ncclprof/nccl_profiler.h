@@ -7,7 +7,7 @@
  *
  * v4 and v5 descriptors agree at every offset read here: v4's `type` is a uint8_t where v5
  * has a uint64_t, so only its low byte is read (x86-64 is little-endian), and the union
- * starts at offset 24 in both. tests/standin/nccl.c calls a plugin through this header the
+ * starts at offset 24 in both. tests/standin/nccl_prof.c calls a plugin through this header the
  * way NCCL does; the real path is checked on NCCL 2.28.9 (BENCHMARKS.md, "Real GPUs").
  */
 #ifndef FLEETQ_NCCL_PROFILER_H

@@ -1,7 +1,8 @@
 -- SPDX-License-Identifier: MIT
 -- jobproc.sql: one CTE of the WITH list of every node query that takes :job (stragglers,
 -- netcheck, timeline, why), put in place of its line "-- include: jobproc.sql" where the
--- files are read (fleetq, an-run). Needs the CTE prm (prm.job) before it.
+-- files are read (fleetq, an-run). Needs the CTE prm (prm.job) before it. fleetq gate's
+-- fetches use it too (fanout/gate_plan.c: prm.job is ?2 there, and this CTE ends the list).
 --
 -- the job's processes, each over its own life, not its pid: pids are reused. From its start
 -- (less a second: start_ns is its fork, read on CLOCK_BOOTTIME, while events are read on
