@@ -57,6 +57,24 @@ CASES = {
     "blk2-stall20": (1, 16.3),
     "blk2-clean1": (None, 0.0),   # named at 3.2 % on wait
     "fsdp2-clean1": (None, 0.0),  # FSDP (fully_shard per layer), named at 3.2 % on lateness
+    # 4 x H200 (BENCHMARKS.md "round 8"), whole phases as fleetq saw them live. A transformer
+    # language model (train.py --model gpt: 12 blocks of 1024, ~29 DDP buckets a step), never
+    # tuned on: clean, and rank 1's GPU 10 % slower (named live at 4.0 %, over :min_effect)
+    "gpt-clean1": (None, 0.0),
+    "gpt-gpu10": (1, 2.6),
+    # the same model under FSDP: rank 1, last to every all-gather by a little with nothing
+    # planted, had its peers wait 6.6 % more in synchronize but only 2.2 % in the kernels;
+    # the kernels measure the loss, so the wait no longer outbids them (named live)
+    "gfsdp-clean1": (None, 0.0),
+    "gfsdp-stall20": (1, 15.1),
+    # the 2 x 2 pipeline, whose stages' all-reduces run on communicators made by
+    # ncclCommSplit (no rank on the CPU side): clean, named live at 8.3 % on wait (its
+    # kernels: 1.6 %); rank 2 (stage 1) spinning 20 % of a step, named on wait (10.4 %) where
+    # the kernels say 4.6 %, a pair's floor being 5 %; rank 3's GPU 20 % slower, which cost
+    # the job 0.2 %: nobody
+    "pipe4-clean1": (None, 0.0),
+    "pipe4-busy20": (2, 5.1),
+    "pipe4-gpu20": (None, 0.0),
 }
 # cases whose named rank is checked but not the size of its effect: rank 0 waits 28.8 % of
 # the span for rank 1 in their all-reduce (before the send/recv rule too), while the job

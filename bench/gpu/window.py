@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# Cuts a window of trace files (one per node, as bench/gpu/detect.sh brings them back) into
+# one case file for tests/analysis/real.py: the collectives and plugin rows of
+# [START_NS - 0.5 s, END_NS] (the node SQL reads a little before the window for the step's
+# first seq), every comms and processes row, and meta's host_id.
+# usage: window.py OUT.json.gz START_NS END_NS TRACE.db...
+#   (detect.sh's phases: a gap of 0.2 s or more in rank 0's collectives ends each one)
+import gzip, json, sqlite3, sys
+
+out, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+nodes = []
+for path in sys.argv[4:]:
+    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+    tables = {}
+    for t, where in (("collectives", "ts_ns BETWEEN ? AND ?"),
+                     ("nccl_kernels", "ts_ns BETWEEN ? AND ?"),
+                     ("comms", None), ("processes", None)):
+        cur = db.execute("SELECT * FROM %s%s" % (t, " WHERE " + where if where else ""),
+                         (start - 500_000_000, end) if where else ())
+        tables[t] = {"cols": [c[0] for c in cur.description], "rows": cur.fetchall()}
+    tables["meta"] = {"rows": db.execute(
+        "SELECT key, value FROM meta WHERE key = 'host_id'").fetchall()}
+    nodes.append({"tables": tables})
+with gzip.open(out, "wt") as f:
+    json.dump({"start_ns": start, "end_ns": end, "nodes": nodes}, f, separators=(",", ":"))
