@@ -5,6 +5,7 @@
  * msgpack-c in both directions (so "plain msgpack" is checked, not assumed).
  */
 #include "wire.h"
+#include "check.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,31 +18,6 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static int failures;
-static int checks;
-
-#define CHECK(c)                                                                   \
-	do {                                                                       \
-		checks++;                                                          \
-		if (!(c)) {                                                        \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-			failures++;                                                \
-		}                                                                  \
-	} while (0)
-
-#define CHECK_EQ(a, b)                                                             \
-	do {                                                                       \
-		long long a_ = (long long)(a), b_ = (long long)(b);                \
-		checks++;                                                          \
-		if (a_ != b_) {                                                    \
-			fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__, \
-				__LINE__, #a, a_, #b, b_);                         \
-			failures++;                                                \
-		}                                                                  \
-	} while (0)
-
-#define CHECK_STR(a, b) CHECK((a) && (b) && strcmp((a), (b)) == 0)
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -757,9 +733,9 @@ static void test_hostile_counts(void)
 
 		if (setrlimit(RLIMIT_AS, &rl))
 			_exit(3);
-		failures = 0;
+		check_failures = 0;
 		hostile_counts();
-		_exit(failures ? 1 : 0);
+		_exit(check_failures ? 1 : 0);
 	}
 	CHECK(pid > 0);
 	CHECK(waitpid(pid, &status, 0) == pid);
@@ -1186,6 +1162,5 @@ int main(void)
 	test_shapes();
 	test_interop_out();
 	test_interop_in();
-	printf("%d checks, %d failed\n", checks, failures);
-	return failures ? 1 : 0;
+	return check_done("test_wire");
 }
