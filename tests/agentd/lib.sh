@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# Shared by the t*.sh scripts: a temp dir, certificates, a trace file, and
+# Shared by the t*.sh scripts: on top of tests/lib.sh, certificates, a trace file, and
 # agentd processes that are always killed on exit.
 . "$(dirname "$0")/../lib.sh"
 set -eu

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
-# Shared by the fleetq end-to-end tests: a temp dir, certificates, real agentd
-# processes on 127.0.0.1 with free ports, and cleanup on any exit.
+# Shared by the fleetq end-to-end tests (and the gate, relay, stragglers and nvml ones):
+# on top of tests/lib.sh's scratch folder, cleanup and waits, certificates under $T, real
+# agentd processes on 127.0.0.1 with free ports, and fleetq with the test client's.
 #
 # Callers set FLEETQ, AGENTD, TRACEGEN, MKCERTS (CMake passes them) and source this.
 

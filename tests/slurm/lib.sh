@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-# Shared by tests/slurm: a temp dir, certificates, local agentd processes, cleanup by trap.
+# Shared by tests/slurm: on top of tests/lib.sh (scratch folder, cleanup, certificates),
+# local agentd processes.
 # Callers set FLEETQ, AGENTD, MKCERTS (CMake passes them; see CMakeLists.txt) and source this.
 . "$(dirname "$0")/../lib.sh"
 set -eu

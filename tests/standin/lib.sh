@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-# Shared by the standin tests: a scratch dir removed on exit, and one-line failures.
+# Shared by the standin tests: tests/lib.sh's scratch folder and one-line failures, with
+# the workload's stderr; and readers of fq-workload's report.
 . "$(dirname "$0")/../lib.sh"
 set -eu
 : "${FQ_WORKLOAD:?set by ctest: path to fq-workload}"
