@@ -99,10 +99,12 @@ await_port() {
 certs_in() {
 	_ci_d=$1
 	shift
-	"$MKCERTS" "$_ci_d" "$@" >"$T/mkcerts-${_ci_d##*/}.log" 2>&1 || fail "mkcerts $_ci_d $* failed"
+	"$MKCERTS" "$_ci_d" "$@" >"$T/mkcerts-${_ci_d##*/}.log" 2>&1 ||
+		fail "mkcerts $_ci_d $* failed"
 }
 
 # free_port: a port nobody listens on: bind one on 127.0.0.1, print it, let it go.
 free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
 }
