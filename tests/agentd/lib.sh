@@ -1,29 +1,22 @@
 # SPDX-License-Identifier: MIT
-# Shared by the t*.sh scripts: a temp dir, certificates, a trace file, and
+# Shared by the t*.sh scripts: on top of tests/lib.sh, certificates, a trace file, and
 # agentd processes that are always killed on exit.
+. "$(dirname "$0")/../lib.sh"
 set -eu
 : "${AGENTD:?set AGENTD to the agentd binary}"
 : "${FQTC:?set FQTC to the fqtc test client}"
 : "${MKCERTS:?set MKCERTS to certs/mkcerts}"
 : "${SCHEMA_SQL:?set SCHEMA_SQL to sql/schema.sql}"
 
-T=$(mktemp -d "${TMPDIR:-/tmp}/agentd-test.XXXXXX")
-PIDS=
-cleanup() {
-	for p in $PIDS; do
-		kill -9 "$p" 2>/dev/null || true
-	done
-	rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+scratch agentd-test
+# agentd and fqtc are killed outright: a test may leave either mid-stream.
+KILL_SIGNAL=KILL
 
-fail() {
-	echo "FAIL: $*" >&2
+# every log and stderr file, line by line under its name
+fail_logs() {
 	for f in "$T"/*.log "$T"/*.err; do
 		[ -s "$f" ] && sed "s|^|  $(basename "$f"): |" "$f" >&2
 	done
-	exit 1
 }
 
 # make_certs [DIR [HOST...]]: a CA, a localhost server certificate and a client certificate.
@@ -31,7 +24,7 @@ make_certs() {
 	d=${1:-$T/certs}
 	[ $# -gt 0 ] && shift
 	[ $# -gt 0 ] || set -- localhost
-	"$MKCERTS" "$d" "$@" 2>"$T/mkcerts.err" || fail "mkcerts $d $*"
+	certs_in "$d" "$@"
 }
 
 # make_db FILE: the trace schema with schema_version 1, plus test tables t and v.
@@ -66,19 +59,12 @@ start_agentd() {
 	PORT=$(cat "$T/port")
 }
 
-# wait_for WHAT CMD...: polls CMD until it succeeds (20 s at most; not a timing check).
+# wait_for WHAT CMD...: polls CMD until it succeeds (20 s at most; not a timing check), and
+# fails at once when agentd ($APID) has exited.
 wait_for() {
 	what=$1
 	shift
-	i=0
-	until "$@"; do
-		i=$((i + 1))
-		[ $i -lt 200 ] || fail "gave up waiting for $what"
-		if [ -n "${APID:-}" ] && ! kill -0 "$APID" 2>/dev/null; then
-			fail "agentd exited while waiting for $what"
-		fi
-		sleep 0.1
-	done
+	await "waiting for $what" 200 0.1 "${APID:--}" "$@"
 }
 
 # fq [ARGS...]: fqtc with the default client certificate.

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "../sql/check.h"
+#include "check.h"
 #include "driver.h"
 #include "fqsql.h"
 
@@ -28,7 +28,7 @@ static char *sqlfile(const char *name)
 
 	snprintf(path, sizeof(path), "%s/%s", sqldir, name);
 	s = an_slurp(path);
-	CHECK(s != NULL, "cannot read '%s'", path);
+	CHECK_MSG(s != NULL, "cannot read '%s'", path);
 	return s;
 }
 
@@ -40,7 +40,7 @@ static int tracegen(const char *name, const char *args)
 
 	snprintf(cmd, sizeof(cmd), "'%s' --out '%s/%s' %s >/dev/null", gen, dir, name, args);
 	st = system(cmd);
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", cmd);
+	CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", cmd);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
@@ -86,7 +86,7 @@ static int run(const struct job *j, const char *node, const char *merge,
 
 	if (ns && ms)
 		ret = an_run(ns, ms, j->nodes, (size_t)j->files, np, mp, guarded, rows, &cause);
-	CHECK(ret == 0, "%s + %s: %s", node, merge, cause ? cause : "?");
+	CHECK_MSG(ret == 0, "%s + %s: %s", node, merge, cause ? cause : "?");
 	free(ns);
 	free(ms);
 	free(cause);
@@ -149,19 +149,19 @@ static void expect_straggler(const struct an_rows *r, int rank, int min_sig, con
 	char want[16];
 
 	snprintf(want, sizeof(want), "%d", rank);
-	CHECK(r->nrows >= 1, "%s: no rows", what);
+	CHECK_MSG(r->nrows >= 1, "%s: no rows", what);
 	if (r->nrows < 1)
 		return;
-	CHECK(!strcmp(cell(r, 0, "rank"), want), "%s: top rank %s, want %s", what,
+	CHECK_MSG(!strcmp(cell(r, 0, "rank"), want), "%s: top rank %s, want %s", what,
 	      cell(r, 0, "rank"), want);
-	CHECK(!strcmp(cell(r, 0, "verdict"), "straggler"), "%s: verdict %s", what,
+	CHECK_MSG(!strcmp(cell(r, 0, "verdict"), "straggler"), "%s: verdict %s", what,
 	      cell(r, 0, "verdict"));
-	CHECK(nsignals(an_get(r, 0, "signals")) >= min_sig, "%s: signals '%s', want >= %d", what,
-	      cell(r, 0, "signals"), min_sig);
-	CHECK(count_verdict(r, "straggler") == 1 && count_verdict(r, "hung") == 0,
+	CHECK_MSG(nsignals(an_get(r, 0, "signals")) >= min_sig, "%s: signals '%s', want >= %d",
+		  what, cell(r, 0, "signals"), min_sig);
+	CHECK_MSG(count_verdict(r, "straggler") == 1 && count_verdict(r, "hung") == 0,
 	      "%s: %d stragglers, %d hung, want exactly rank %d", what,
 	      count_verdict(r, "straggler"), count_verdict(r, "hung"), rank);
-	CHECK(atof(cell(r, 0, "peers_wait_s")) > 0, "%s: peers_wait_s %s", what,
+	CHECK_MSG(atof(cell(r, 0, "peers_wait_s")) > 0, "%s: peers_wait_s %s", what,
 	      cell(r, 0, "peers_wait_s"));
 }
 
@@ -180,19 +180,19 @@ static void t_clean(void)
 		snprintf(tag, sizeof(tag), "clean%d", seed);
 		make_job(&j, tag, 16, 4, extra, NULL);
 		if (stragglers(&j, NULL, &r) == 0) {
-			CHECK(r.nrows == 0, "clean seed %d: %zu suspect rows", seed, r.nrows);
+			CHECK_MSG(r.nrows == 0, "clean seed %d: %zu suspect rows", seed, r.nrows);
 			if (r.nrows)
 				dump("clean", &r);
 			an_rows_release(&r);
 		}
 		if (stragglers(&j, ALL, &r) == 0) {
-			CHECK(r.nrows == 16, "clean all_ranks: %zu rows, want 16", r.nrows);
-			CHECK(count_verdict(&r, "ok") == 16, "clean: not all ok");
-			CHECK(!strcmp(cell(&r, 0, "ranks"), "16") &&
+			CHECK_MSG(r.nrows == 16, "clean all_ranks: %zu rows, want 16", r.nrows);
+			CHECK_MSG(count_verdict(&r, "ok") == 16, "clean: not all ok");
+			CHECK_MSG(!strcmp(cell(&r, 0, "ranks"), "16") &&
 				      !strcmp(cell(&r, 0, "method"), "mad"),
 			      "clean: ranks %s method %s", cell(&r, 0, "ranks"),
 			      cell(&r, 0, "method"));
-			CHECK(fabs(atof(cell(&r, 0, "step_ms")) - 50) < 2, "step_ms %s",
+			CHECK_MSG(fabs(atof(cell(&r, 0, "step_ms")) - 50) < 2, "step_ms %s",
 			      cell(&r, 0, "step_ms"));
 			an_rows_release(&r);
 		}
@@ -211,11 +211,11 @@ static void t_slow(const char *pct)
 	if (stragglers(&j, NULL, &r) == 0) {
 		dump(what, &r);
 		expect_straggler(&r, 6, 2, what);
-		CHECK(!strcmp(cell(&r, 0, "node"), "node1"), "%s: node %s", what,
+		CHECK_MSG(!strcmp(cell(&r, 0, "node"), "node1"), "%s: node %s", what,
 		      cell(&r, 0, "node"));
-		CHECK(has_signal(an_get(&r, 0, "signals"), "wait"), "%s: no wait signal", what);
+		CHECK_MSG(has_signal(an_get(&r, 0, "signals"), "wait"), "%s: no wait signal", what);
 		/* the effect is the planted slowdown: peers lose about pct of the span */
-		CHECK(fabs(atof(cell(&r, 0, "effect_pct")) - atof(pct)) < 0.5 * atof(pct) + 1,
+		CHECK_MSG(fabs(atof(cell(&r, 0, "effect_pct")) - atof(pct)) < 0.5 * atof(pct) + 1,
 		      "%s: effect %s%%", what, cell(&r, 0, "effect_pct"));
 		an_rows_release(&r);
 	}
@@ -237,17 +237,17 @@ static void t_gpu(const char *pct)
 	make_job(&j, "gpu", 16, 4, extra, NULL);
 	if (stragglers(&j, NULL, &r) == 0) {
 		dump(what, &r);
-		CHECK(r.nrows == 1 && !strcmp(cell(&r, 0, "rank"), "6") &&
+		CHECK_MSG(r.nrows == 1 && !strcmp(cell(&r, 0, "rank"), "6") &&
 			      !strcmp(cell(&r, 0, "verdict"), "straggler"),
 		      "%s: %zu rows, top rank %s %s", what, r.nrows, cell(&r, 0, "rank"),
 		      cell(&r, 0, "verdict"));
-		CHECK(!strcmp(cell(&r, 0, "signals"), "gpu"), "%s: signals %s, want gpu alone",
+		CHECK_MSG(!strcmp(cell(&r, 0, "signals"), "gpu"), "%s: signals %s, want gpu alone",
 		      what, cell(&r, 0, "signals"));
-		CHECK(!strcmp(cell(&r, 0, "gpu_op"), "AllReduce") &&
+		CHECK_MSG(!strcmp(cell(&r, 0, "gpu_op"), "AllReduce") &&
 			      atof(cell(&r, 0, "gpu_ms")) < atof(cell(&r, 0, "peer_gpu_ms")),
 		      "%s: its %s kernels %s ms, peers %s ms", what, cell(&r, 0, "gpu_op"),
 		      cell(&r, 0, "gpu_ms"), cell(&r, 0, "peer_gpu_ms"));
-		CHECK(fabs(atof(cell(&r, 0, "effect_pct")) - atof(pct)) < 0.3 * atof(pct),
+		CHECK_MSG(fabs(atof(cell(&r, 0, "effect_pct")) - atof(pct)) < 0.3 * atof(pct),
 		      "%s: effect %s%%", what, cell(&r, 0, "effect_pct"));
 		an_rows_release(&r);
 	}
@@ -256,7 +256,7 @@ static void t_gpu(const char *pct)
 		snprintf(extra, sizeof(extra), "--seed %d --kernels", seed);
 		make_job(&j, "gpuclean", 16, 4, extra, NULL);
 		if (stragglers(&j, NULL, &r) == 0) {
-			CHECK(r.nrows == 0, "gpu clean seed %d: %zu suspects", seed, r.nrows);
+			CHECK_MSG(r.nrows == 0, "gpu clean seed %d: %zu suspects", seed, r.nrows);
 			if (r.nrows)
 				dump("gpu clean", &r);
 			an_rows_release(&r);
@@ -279,16 +279,16 @@ static void t_effect(void)
 	make_job(&j, "effect", 16, 4, "--seed 7 --slow-rank 6 --slow-pct 1", NULL);
 	if (stragglers(&j, tiny_floor, &r) == 0) {
 		dump("1% slow, floor 0.01%", &r);
-		CHECK(count_verdict(&r, "straggler") == 0, "1%%: %d stragglers",
+		CHECK_MSG(count_verdict(&r, "straggler") == 0, "1%%: %d stragglers",
 		      count_verdict(&r, "straggler"));
-		CHECK(!strcmp(cell(&r, 0, "rank"), "6") && atof(cell(&r, 0, "z_wait")) > 3.5 &&
+		CHECK_MSG(!strcmp(cell(&r, 0, "rank"), "6") && atof(cell(&r, 0, "z_wait")) > 3.5 &&
 			      atof(cell(&r, 0, "effect_pct")) < 2,
 		      "1%%: top rank %s, z_wait %s, effect %s%%", cell(&r, 0, "rank"),
 		      cell(&r, 0, "z_wait"), cell(&r, 0, "effect_pct"));
 		an_rows_release(&r);
 	}
 	if (stragglers(&j, low_effect, &r) == 0) {
-		CHECK(r.nrows == 1 && !strcmp(cell(&r, 0, "rank"), "6") &&
+		CHECK_MSG(r.nrows == 1 && !strcmp(cell(&r, 0, "rank"), "6") &&
 			      !strcmp(cell(&r, 0, "verdict"), "straggler"),
 		      "1%%, min_effect 0.5%%: %zu rows, rank %s", r.nrows, cell(&r, 0, "rank"));
 		an_rows_release(&r);
@@ -308,18 +308,18 @@ static void t_pair(const char *pct)
 	if (stragglers(&j, ALL, &r) == 0) {
 		dump(what, &r);
 		expect_straggler(&r, 1, 2, what);
-		CHECK(!strcmp(cell(&r, 0, "method"), "pair"), "%s: method %s", what,
+		CHECK_MSG(!strcmp(cell(&r, 0, "method"), "pair"), "%s: method %s", what,
 		      cell(&r, 0, "method"));
-		CHECK(has_signal(an_get(&r, 0, "signals"), "wait"), "%s: signals %s", what,
+		CHECK_MSG(has_signal(an_get(&r, 0, "signals"), "wait"), "%s: signals %s", what,
 		      cell(&r, 0, "signals"));
-		CHECK(r.nrows == 2 && !strcmp(cell(&r, 1, "verdict"), "ok"),
+		CHECK_MSG(r.nrows == 2 && !strcmp(cell(&r, 1, "verdict"), "ok"),
 		      "%s: the fast rank must be ok", what);
 		an_rows_release(&r);
 	}
 	/* and a clean pair is left alone */
 	make_job(&j, "pairclean", 2, 2, "--seed 11", NULL);
 	if (stragglers(&j, NULL, &r) == 0) {
-		CHECK(r.nrows == 0, "clean pair: %zu suspects", r.nrows);
+		CHECK_MSG(r.nrows == 0, "clean pair: %zu suspects", r.nrows);
 		an_rows_release(&r);
 	}
 }
@@ -333,13 +333,13 @@ static void t_three(void)
 	if (stragglers(&j, NULL, &r) == 0) {
 		dump("three ranks, rank 2 slow 10%", &r);
 		expect_straggler(&r, 2, 2, "three");
-		CHECK(!strcmp(cell(&r, 0, "method"), "mad"), "three: method %s",
+		CHECK_MSG(!strcmp(cell(&r, 0, "method"), "mad"), "three: method %s",
 		      cell(&r, 0, "method"));
 		an_rows_release(&r);
 	}
 	make_job(&j, "threeclean", 3, 3, "--seed 5", NULL);
 	if (stragglers(&j, NULL, &r) == 0) {
-		CHECK(r.nrows == 0, "clean three: %zu suspects", r.nrows);
+		CHECK_MSG(r.nrows == 0, "clean three: %zu suspects", r.nrows);
 		an_rows_release(&r);
 	}
 }
@@ -355,7 +355,7 @@ static int64_t q1(const char *path, const char *sql)
 	    sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
 	    sqlite3_step(st) == SQLITE_ROW)
 		v = sqlite3_column_int64(st, 0);
-	CHECK(v != -1, "%s on %s: %s", sql, path, sqlite3_errmsg(db));
+	CHECK_MSG(v != -1, "%s on %s: %s", sql, path, sqlite3_errmsg(db));
 	sqlite3_finalize(st);
 	sqlite3_close(db);
 	return v;
@@ -372,7 +372,7 @@ static char *q1s(const char *path, const char *sql)
 	    sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
 	    sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
 		v = strdup((const char *)sqlite3_column_text(st, 0));
-	CHECK(v != NULL, "%s on %s: %s", sql, path, sqlite3_errmsg(db));
+	CHECK_MSG(v != NULL, "%s on %s: %s", sql, path, sqlite3_errmsg(db));
 	sqlite3_finalize(st);
 	sqlite3_close(db);
 	return v;
@@ -395,21 +395,22 @@ static void t_hang(void)
 	make_job(&j, "hang", 16, 4, "--seed 3 --hang-rank 9 --hang-at 120", NULL);
 	if (stragglers(&j, NULL, &r) == 0) {
 		dump("hang rank 9 at 120", &r);
-		CHECK(r.nrows == 1, "hang: %zu rows, want 1", r.nrows);
-		CHECK(!strcmp(cell(&r, 0, "verdict"), "hung") && !strcmp(cell(&r, 0, "rank"), "9"),
-		      "hang: top %s rank %s", cell(&r, 0, "verdict"), cell(&r, 0, "rank"));
-		CHECK(!strcmp(cell(&r, 0, "stopped_at_seq"), "120"), "stopped_at_seq %s",
+		CHECK_MSG(r.nrows == 1, "hang: %zu rows, want 1", r.nrows);
+		CHECK_MSG(!strcmp(cell(&r, 0, "verdict"), "hung") &&
+				  !strcmp(cell(&r, 0, "rank"), "9"),
+			  "hang: top %s rank %s", cell(&r, 0, "verdict"), cell(&r, 0, "rank"));
+		CHECK_MSG(!strcmp(cell(&r, 0, "stopped_at_seq"), "120"), "stopped_at_seq %s",
 		      cell(&r, 0, "stopped_at_seq"));
-		CHECK(!strcmp(cell(&r, 0, "last_seq"), "119"), "last_seq %s",
+		CHECK_MSG(!strcmp(cell(&r, 0, "last_seq"), "119"), "last_seq %s",
 		      cell(&r, 0, "last_seq"));
-		CHECK(!strcmp(cell(&r, 0, "stopped_op"), "AllReduce"), "stopped_op %s",
+		CHECK_MSG(!strcmp(cell(&r, 0, "stopped_op"), "AllReduce"), "stopped_op %s",
 		      cell(&r, 0, "stopped_op"));
-		CHECK(!strcmp(cell(&r, 0, "node"), "node2"), "node %s", cell(&r, 0, "node"));
+		CHECK_MSG(!strcmp(cell(&r, 0, "node"), "node2"), "node %s", cell(&r, 0, "node"));
 		an_rows_release(&r);
 	}
 	/* a window that only holds the peers' newest seqs: the 'last' rows still tell */
 	if (run(&j, "stragglers.node.sql", "stragglers.merge.sql", np_window, NULL, 0, &r) == 0) {
-		CHECK(r.nrows >= 1 && !strcmp(cell(&r, 0, "verdict"), "hung") &&
+		CHECK_MSG(r.nrows >= 1 && !strcmp(cell(&r, 0, "verdict"), "hung") &&
 			      !strcmp(cell(&r, 0, "stopped_at_seq"), "120"),
 		      "hang, max_seqs=5: %s %s", cell(&r, 0, "verdict"),
 		      cell(&r, 0, "stopped_at_seq"));
@@ -420,11 +421,11 @@ static void t_hang(void)
 		snprintf(now, sizeof(now), "now_ns=%lld",
 			 (long long)(max_ts(j.paths[0]) + (late ? 30000000000ll : 1000000000ll)));
 		if (run(&j, "stragglers.node.sql", "stragglers.merge.sql", np, NULL, 0, &r) == 0) {
-			CHECK(count_verdict(&r, "hung") == late, "hang, %s: %d hung", now,
+			CHECK_MSG(count_verdict(&r, "hung") == late, "hang, %s: %d hung", now,
 			      count_verdict(&r, "hung"));
 			if (late)
 				/* rank 9's newest (119) is one 50 ms step older than 120 */
-				CHECK(fabs(atof(cell(&r, 0, "stopped_s_ago")) - 30.05) < 0.02,
+				CHECK_MSG(fabs(atof(cell(&r, 0, "stopped_s_ago")) - 30.05) < 0.02,
 				      "stopped_s_ago %s", cell(&r, 0, "stopped_s_ago"));
 			an_rows_release(&r);
 		}
@@ -452,7 +453,7 @@ static void t_clock(void)
 		if (stragglers(&j, NULL, &r) == 0) {
 			dump("offset corrected", &r);
 			expect_straggler(&r, 6, 2, "offset corrected");
-			CHECK(r.nrows == 1, "offset corrected: %zu rows", r.nrows);
+			CHECK_MSG(r.nrows == 1, "offset corrected: %zu rows", r.nrows);
 			an_rows_release(&r);
 		}
 		j.nodes[shifted].offset_ns = 0;
@@ -461,7 +462,7 @@ static void t_clock(void)
 
 			dump("offset NOT corrected", &r);
 			expect_straggler(&r, 6, 1, "offset not corrected");
-			CHECK(has_signal(an_get(&r, 0, "signals"), "wait"),
+			CHECK_MSG(has_signal(an_get(&r, 0, "signals"), "wait"),
 			      "uncorrected: rank 6 signals %s", cell(&r, 0, "signals"));
 			for (size_t i = 1; i < r.nrows; i++)
 				late_only += !strcmp(cell(&r, i, "node"), j.names[shifted]) &&
@@ -469,7 +470,7 @@ static void t_clock(void)
 					     atof(cell(&r, i, "late_ms")) > 45 &&
 					     !strcmp(cell(&r, i, "verdict"), "ok");
 			/* the shifted node's other ranks: 50 ms late by the clock alone, not flagged */
-			CHECK(late_only == (shifted == 1 ? 3 : 4),
+			CHECK_MSG(late_only == (shifted == 1 ? 3 : 4),
 			      "uncorrected: %d late-only ranks on node%d", late_only, shifted);
 			an_rows_release(&r);
 		}
@@ -523,41 +524,41 @@ static void t_node_contract(void)
 	/* columns, as fleetq's results table will have them */
 	if (an_run(node_sql, "SELECT * FROM results LIMIT 1", j.nodes, 1, NULL, NULL, 0, &r,
 		   &cause) == 0) {
-		CHECK(r.ncols == sizeof(cols) / sizeof(cols[0]), "%zu columns", r.ncols);
+		CHECK_MSG(r.ncols == sizeof(cols) / sizeof(cols[0]), "%zu columns", r.ncols);
 		for (size_t c = 0; c < r.ncols && c < sizeof(cols) / sizeof(cols[0]); c++)
-			CHECK(!strcmp(r.names[c], cols[c]), "column %zu '%s', want '%s'", c,
+			CHECK_MSG(!strcmp(r.names[c], cols[c]), "column %zu '%s', want '%s'", c,
 			      r.names[c], cols[c]);
 		an_rows_release(&r);
 	}
-	CHECK(cause == NULL, "%s", cause);
+	CHECK_MSG(cause == NULL, "%s", cause);
 	free(cause);
 	cause = NULL;
 	if (an_run(node_sql, dump_sql, j.nodes, 1, NULL, NULL, 0, &r, &cause) == 0) {
-		CHECK(r.nrows == 5, "kinds: %zu", r.nrows);
-		CHECK(!strcmp(cell(&r, 0, "n"), "800"), "coll rows %s", cell(&r, 0, "n"));
-		CHECK(!strcmp(cell(&r, 1, "n"), "4"), "last rows %s", cell(&r, 1, "n"));
-		CHECK(!strcmp(cell(&r, 2, "n"), "1"), "now rows %s", cell(&r, 2, "n"));
-		CHECK(!strcmp(cell(&r, 3, "n"), "4"), "rank rows %s", cell(&r, 3, "n"));
-		CHECK(!strcmp(cell(&r, 4, "n"), "200") && !strcmp(cell(&r, 4, "q"), "200"),
+		CHECK_MSG(r.nrows == 5, "kinds: %zu", r.nrows);
+		CHECK_MSG(!strcmp(cell(&r, 0, "n"), "800"), "coll rows %s", cell(&r, 0, "n"));
+		CHECK_MSG(!strcmp(cell(&r, 1, "n"), "4"), "last rows %s", cell(&r, 1, "n"));
+		CHECK_MSG(!strcmp(cell(&r, 2, "n"), "1"), "now rows %s", cell(&r, 2, "n"));
+		CHECK_MSG(!strcmp(cell(&r, 3, "n"), "4"), "rank rows %s", cell(&r, 3, "n"));
+		CHECK_MSG(!strcmp(cell(&r, 4, "n"), "200") && !strcmp(cell(&r, 4, "q"), "200"),
 		      "seq rows %s, seqs %s", cell(&r, 4, "n"), cell(&r, 4, "q"));
 		sync_plain = atoll(cell(&r, 0, "s"));
 		an_rows_release(&r);
 	}
 	/* the wait adds up to every cudaStreamSynchronize of a rank from its first enqueue to
 	 * its newest one (the newest one's wait is still open), plus every collective call */
-	CHECK(sync_plain == q1(j.paths[0], "SELECT sum(s.dur_ns) FROM cuda_calls s WHERE "
+	CHECK_MSG(sync_plain == q1(j.paths[0], "SELECT sum(s.dur_ns) FROM cuda_calls s WHERE "
 			       "s.kind = 'sync' AND s.ts_ns >= (SELECT min(ts_ns) FROM "
 			       "collectives c WHERE c.pid = s.pid) AND s.ts_ns < (SELECT "
 			       "max(ts_ns) FROM collectives c WHERE c.pid = s.pid)") +
 				    q1(j.paths[0], "SELECT sum(dur_ns) FROM collectives"),
 	      "sum of waits %lld, want the trace's synchronize total before each newest "
 	      "enqueue plus every collective call", sync_plain);
-	CHECK(q1(j.paths[0], "SELECT count(*) FROM collectives WHERE sync_ns IS NULL") == 4,
+	CHECK_MSG(q1(j.paths[0], "SELECT count(*) FROM collectives WHERE sync_ns IS NULL") == 4,
 	      "the trace: one NULL sync_ns per rank (its first)");
 	if (an_run(node_sql, sums_rows, j.nodes, 1, NULL, NULL, 0, &r, &cause) == 0) {
 		char *want = q1s(j.paths[0], sums_trace);
 
-		CHECK(want && !strcmp(cell(&r, 0, "v"), want),
+		CHECK_MSG(want && !strcmp(cell(&r, 0, "v"), want),
 		      "the 'rank' rows' collectives: %s, the trace's: %s", cell(&r, 0, "v"),
 		      want ? want : "?");
 		free(want);
@@ -567,14 +568,15 @@ static void t_node_contract(void)
 	if (an_run(node_sql, "SELECT count(*) AS n FROM results x, json_each(x.by_seq) j "
 		   "WHERE x.kind = 'rank' AND j.key + 0 = 0 AND j.value ->> 1 < 1000000",
 		   j.nodes, 1, NULL, NULL, 0, &r, &cause) == 0) {
-		CHECK(!strcmp(cell(&r, 0, "n"), "4"), "first collectives with only the call's "
+		CHECK_MSG(!strcmp(cell(&r, 0, "n"), "4"), "first collectives with only the call's "
 		      "wait: %s, want 4", cell(&r, 0, "n"));
 		an_rows_release(&r);
 	}
 	if (an_run(node_sql, dump_sql, j.nodes, 1, win, NULL, 0, &r, &cause) == 0) {
-		CHECK(!strcmp(cell(&r, 0, "n"), "200") && !strcmp(cell(&r, 0, "q"), "50"),
+		CHECK_MSG(!strcmp(cell(&r, 0, "n"), "200") && !strcmp(cell(&r, 0, "q"), "50"),
 		      "max_seqs=50: %s rows, %s seqs", cell(&r, 0, "n"), cell(&r, 0, "q"));
-		CHECK(!strcmp(cell(&r, 1, "n"), "4"), "max_seqs: last rows %s", cell(&r, 1, "n"));
+		CHECK_MSG(!strcmp(cell(&r, 1, "n"), "4"), "max_seqs: last rows %s",
+			  cell(&r, 1, "n"));
 		an_rows_release(&r);
 	}
 	snprintf(since_s, sizeof(since_s), "since_ns=%lld", START_NS + 100 * 50000000ll);
@@ -583,19 +585,19 @@ static void t_node_contract(void)
 	if (an_run(node_sql, dump_sql, j.nodes, 1, since, NULL, 0, &r, &cause) == 0) {
 		int q = atoi(cell(&r, 0, "q"));
 
-		CHECK(q >= 95 && q <= 105, "since_ns: %d seqs", q);
+		CHECK_MSG(q >= 95 && q <= 105, "since_ns: %d seqs", q);
 		an_rows_release(&r);
 	}
 	if (an_run(node_sql, dump_sql, j.nodes, 1, nojob, NULL, 0, &r, &cause) == 0) {
-		CHECK(r.nrows == 1 && !strcmp(cell(&r, 0, "kind"), "now"), "job=nope: %zu kinds",
-		      r.nrows);
+		CHECK_MSG(r.nrows == 1 && !strcmp(cell(&r, 0, "kind"), "now"),
+			  "job=nope: %zu kinds", r.nrows);
 		an_rows_release(&r);
 	}
 	if (an_run(node_sql, dump_sql, j.nodes, 1, job, NULL, 0, &r, &cause) == 0) {
-		CHECK(r.nrows == 1, "comm=nope: %zu kinds", r.nrows);
+		CHECK_MSG(r.nrows == 1, "comm=nope: %zu kinds", r.nrows);
 		an_rows_release(&r);
 	}
-	CHECK(cause == NULL, "%s", cause);
+	CHECK_MSG(cause == NULL, "%s", cause);
 	free(cause);
 	free(node_sql);
 }
@@ -618,7 +620,7 @@ static void t_blocks(void)
 	make_job(&j, "blocks", 8, 2, "--seed 5 --slow-rank 3 --slow-pct 20 --hang-rank 6 "
 		 "--hang-at 150", NULL);
 	at = ns ? strstr(ns, "GROUP BY comm_hash, rank, pid, seq / 65536") : NULL;
-	CHECK(at != NULL, "the node file's blocks: no 'GROUP BY ..., seq / 65536'");
+	CHECK_MSG(at != NULL, "the node file's blocks: no 'GROUP BY ..., seq / 65536'");
 	if (!at || !ms)
 		goto out;
 	small = calloc(1, strlen(ns) + 1);
@@ -629,19 +631,20 @@ static void t_blocks(void)
 	snprintf(now, sizeof(now), "now_ns=%lld", (long long)max_ts(j.paths[0]) + 30000000000ll);
 	if (an_run(small, "SELECT count(*) AS n FROM results WHERE kind = 'rank'", j.nodes, 2,
 		   NULL, NULL, 0, &n, &cause) == 0) {
-		CHECK(atoi(cell(&n, 0, "n")) > 8 * 20, "blocks of 7: %s 'rank' rows", cell(&n, 0, "n"));
+		CHECK_MSG(atoi(cell(&n, 0, "n")) > 8 * 20, "blocks of 7: %s 'rank' rows",
+			  cell(&n, 0, "n"));
 		an_rows_release(&n);
 	}
 	if (an_run(ns, ms, j.nodes, 2, np, mp, 0, &a, &cause) == 0) {
 		if (an_run(small, ms, j.nodes, 2, np, mp, 0, &b, &cause) == 0) {
-			CHECK(a.nrows == 8 && a.nrows == b.nrows && a.ncols == b.ncols,
+			CHECK_MSG(a.nrows == 8 && a.nrows == b.nrows && a.ncols == b.ncols,
 			      "%zu rows, in blocks %zu", a.nrows, b.nrows);
 			for (size_t i = 0; i < a.nrows * a.ncols && a.nrows == b.nrows; i++)
-				CHECK(!strcmp(a.cells[i] ? a.cells[i] : "NULL",
+				CHECK_MSG(!strcmp(a.cells[i] ? a.cells[i] : "NULL",
 					      b.cells[i] ? b.cells[i] : "NULL"),
 				      "row %zu %s: %s, in blocks %s", i / a.ncols,
 				      a.names[i % a.ncols], a.cells[i], b.cells[i]);
-			CHECK(!strcmp(cell(&a, 0, "verdict"), "hung") &&
+			CHECK_MSG(!strcmp(cell(&a, 0, "verdict"), "hung") &&
 				      !strcmp(cell(&a, 1, "verdict"), "straggler") &&
 				      !strcmp(cell(&a, 1, "rank"), "3"),
 			      "first %s, then %s rank %s", cell(&a, 0, "verdict"),
@@ -650,7 +653,7 @@ static void t_blocks(void)
 		}
 		an_rows_release(&a);
 	}
-	CHECK(cause == NULL, "%s", cause);
+	CHECK_MSG(cause == NULL, "%s", cause);
 out:
 	free(cause);
 	free(small);
@@ -678,7 +681,7 @@ static void t_guard(void)
 			continue;
 		if (an_run(ns, files[f][1], j.nodes, 2, NULL, NULL, 0, &a, &cause) == 0) {
 			if (an_run(ns, files[f][1], j.nodes, 2, NULL, NULL, 1, &b, &cause) == 0) {
-				CHECK(atoll(cell(&a, 0, "n")) >= 8 &&
+				CHECK_MSG(atoll(cell(&a, 0, "n")) >= 8 &&
 					      !strcmp(cell(&a, 0, "n"), cell(&b, 0, "n")) &&
 					      !strcmp(cell(&a, 0, "s"), cell(&b, 0, "s")),
 				      "%s: plain %s/%s, guarded %s/%s", files[f][0],
@@ -688,7 +691,7 @@ static void t_guard(void)
 			}
 			an_rows_release(&a);
 		}
-		CHECK(cause == NULL, "%s: %s", files[f][0], cause);
+		CHECK_MSG(cause == NULL, "%s: %s", files[f][0], cause);
 		free(cause);
 		free(ns);
 	}
@@ -715,17 +718,17 @@ static void t_netcheck(void)
 			 "sport, daddr, dport, state) SELECT x, NULL, '10.0.0.%d', 40000, "
 			 "'10.0.0.9', 29500, 'ESTABLISHED' FROM t",
 			 START_NS + 777000000ll, START_NS + 9000000000ll, i + 1);
-		CHECK(an_exec(j.paths[i], sql) == 0, "background %d", i);
+		CHECK_MSG(an_exec(j.paths[i], sql) == 0, "background %d", i);
 		/* IB counters polled every 100 ms, quiet */
 		snprintf(sql, sizeof(sql),
 			 "WITH RECURSIVE t(x) AS (SELECT %lld UNION ALL SELECT x + 100000000 "
 			 "FROM t WHERE x < %lld) INSERT INTO ib_counters (ts_ns, device, port, "
 			 "counter, value, delta) SELECT x, 'mlx5_0', 1, 'symbol_error', 0, 0 FROM t",
 			 START_NS + 50000000ll, START_NS + 10000000000ll);
-		CHECK(an_exec(j.paths[i], sql) == 0, "ib polls %d", i);
+		CHECK_MSG(an_exec(j.paths[i], sql) == 0, "ib polls %d", i);
 	}
 	/* node2: 3 retransmits by each rank's process inside each of its slowest collectives */
-	CHECK(an_exec(j.paths[2],
+	CHECK_MSG(an_exec(j.paths[2],
 		      "WITH w AS (SELECT c.pid, c.ts_ns, s.ts_ns + s.dur_ns AS e, "
 		      "row_number() OVER (PARTITION BY c.pid ORDER BY s.dur_ns DESC) AS k "
 		      "FROM collectives c JOIN cuda_calls s ON s.pid = c.pid AND s.kind = 'sync' "
@@ -736,7 +739,7 @@ static void t_netcheck(void)
 		      "'10.0.0.7', 29500, 'ESTABLISHED' FROM w, n WHERE w.k <= 20") == 0,
 	      "plant retransmits");
 	/* node1: symbol errors on the poll that falls in its slowest collectives */
-	CHECK(an_exec(j.paths[1],
+	CHECK_MSG(an_exec(j.paths[1],
 		      "WITH w AS (SELECT c.ts_ns, s.ts_ns + s.dur_ns AS e, "
 		      "row_number() OVER (ORDER BY s.dur_ns DESC) AS k "
 		      "FROM collectives c JOIN cuda_calls s ON s.pid = c.pid AND s.kind = 'sync' "
@@ -759,10 +762,10 @@ static void t_netcheck(void)
 			else
 				other++;
 		}
-		CHECK(tcp2 == 4, "netcheck: %d tcp rows for node2's 4 ranks", tcp2);
-		CHECK(ib1 >= 1, "netcheck: %d ib rows for node1", ib1);
-		CHECK(other == 0, "netcheck: %d rows name something else", other);
-		CHECK(r.nrows && atof(cell(&r, 0, "in_per_s")) > 0, "in_per_s %s",
+		CHECK_MSG(tcp2 == 4, "netcheck: %d tcp rows for node2's 4 ranks", tcp2);
+		CHECK_MSG(ib1 >= 1, "netcheck: %d ib rows for node1", ib1);
+		CHECK_MSG(other == 0, "netcheck: %d rows name something else", other);
+		CHECK_MSG(r.nrows && atof(cell(&r, 0, "in_per_s")) > 0, "in_per_s %s",
 		      cell(&r, 0, "in_per_s"));
 		an_rows_release(&r);
 	}
@@ -775,10 +778,10 @@ static void t_netcheck(void)
 			 "sport, daddr, dport, state) SELECT x, 4000, '10.0.0.%d', 40000, "
 			 "'10.0.0.9', 29500, 'ESTABLISHED' FROM t",
 			 START_NS + 333000000ll, START_NS + 9000000000ll, i + 1);
-		CHECK(an_exec(j.paths[i], sql) == 0, "background %d", i);
+		CHECK_MSG(an_exec(j.paths[i], sql) == 0, "background %d", i);
 	}
 	if (run(&j, "netcheck.node.sql", "netcheck.merge.sql", NULL, NULL, 0, &r) == 0) {
-		CHECK(r.nrows == 0, "netcheck, background only: %zu rows", r.nrows);
+		CHECK_MSG(r.nrows == 0, "netcheck, background only: %zu rows", r.nrows);
 		if (r.nrows)
 			dump("netcheck background", &r);
 		an_rows_release(&r);
@@ -805,30 +808,30 @@ static void t_netcheck_lossy(void)
 			 "sport, daddr, dport, state) SELECT x, NULL, '10.0.0.%d', 40000, "
 			 "'10.0.0.9', 29500, 'ESTABLISHED' FROM t",
 			 START_NS + 777000000ll, START_NS + 9000000000ll, i + 1);
-		CHECK(an_exec(j.paths[i], sql) == 0, "background %d", i);
+		CHECK_MSG(an_exec(j.paths[i], sql) == 0, "background %d", i);
 	}
-	CHECK(an_exec(j.paths[2],
+	CHECK_MSG(an_exec(j.paths[2],
 		      "INSERT OR IGNORE INTO tcp_retransmits (ts_ns, pid, saddr, sport, daddr, "
 		      "dport, state) SELECT ts_ns + 100000, pid, '10.0.0.3', 41000, '10.0.0.4', "
 		      "29500, 'ESTABLISHED' FROM collectives WHERE rank = 9") == 0,
 	      "retransmits of rank 9");
-	CHECK(an_exec(j.paths[1],
+	CHECK_MSG(an_exec(j.paths[1],
 		      "INSERT OR IGNORE INTO tcp_retransmits (ts_ns, pid, saddr, sport, daddr, "
 		      "dport, state) SELECT ts_ns + 100000, pid, '10.0.0.2', 41000, '10.0.0.3', "
 		      "29500, 'ESTABLISHED' FROM collectives WHERE rank = 5 AND seq % 4 = 0") == 0,
 	      "retransmits of rank 5");
 	if (run(&j, "netcheck.node.sql", "netcheck.merge.sql", NULL, NULL, 0, &r) == 0) {
 		dump("netcheck lossy", &r);
-		CHECK(r.nrows == 1, "netcheck lossy: %zu rows, want 1", r.nrows);
+		CHECK_MSG(r.nrows == 1, "netcheck lossy: %zu rows, want 1", r.nrows);
 		if (r.nrows >= 1) {
-			CHECK(!strcmp(cell(&r, 0, "node"), "node2") &&
+			CHECK_MSG(!strcmp(cell(&r, 0, "node"), "node2") &&
 				      !strcmp(cell(&r, 0, "rank"), "9") &&
 				      !strcmp(cell(&r, 0, "source"), "tcp"),
 			      "netcheck lossy: named %s rank %s (%s)", cell(&r, 0, "node"),
 			      cell(&r, 0, "rank"), cell(&r, 0, "source"));
-			CHECK(!strcmp(cell(&r, 0, "rule"), "throughout"), "rule %s",
+			CHECK_MSG(!strcmp(cell(&r, 0, "rule"), "throughout"), "rule %s",
 			      cell(&r, 0, "rule"));
-			CHECK(atof(cell(&r, 0, "per_coll")) > 0.9, "per_coll %s",
+			CHECK_MSG(atof(cell(&r, 0, "per_coll")) > 0.9, "per_coll %s",
 			      cell(&r, 0, "per_coll"));
 		}
 		an_rows_release(&r);

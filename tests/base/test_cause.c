@@ -6,16 +6,7 @@
 #include <string.h>
 
 #include "cause.h"
-
-static int failures;
-
-#define CHECK(c)                                                               \
-	do {                                                                   \
-		if (!(c)) {                                                    \
-			fprintf(stderr, "%s:%d: FAIL: %s\n", __FILE__, __LINE__, #c); \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
+#include "check.h"
 
 /* An inner failure, then the caller's vaguer one on the way out. */
 static int inner(char **cause)
@@ -42,7 +33,7 @@ int main(void)
 	CHECK(fq_fail(&cause, 0, "%s", "") == 0);
 	CHECK(cause && !strcmp(cause, ""));
 	free(cause);
-	if (!failures)
+	if (!check_failures)
 		printf("cause: ok\n");
-	return failures ? 1 : 0;
+	return check_done(NULL);
 }

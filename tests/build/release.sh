@@ -3,14 +3,10 @@
 # cmake -DCMAKE_BUILD_TYPE=Release must build: warnings are errors only where asked for
 # (FLEETQ_WERROR, which scripts/test and .ci/run turn on), and the maybe-uninitialized
 # warnings GCC finds at -O3 in agentd/store*.c and transport/session.c are gone.
+. "$(dirname "$0")/../lib.sh"
 set -u
 src=$1
-T=$(mktemp -d "${TMPDIR:-/tmp}/fq-release.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+scratch fq-release
 cmake -S "$src" -B "$T" -DCMAKE_BUILD_TYPE=Release -DFLEETQ_BPF=OFF >"$T/log" 2>&1 ||
 	fail "Release configure: $(tail -n 5 "$T/log")"
 grep -q '^FLEETQ_WERROR:BOOL=OFF$' "$T/CMakeCache.txt" ||

@@ -65,8 +65,7 @@ while True:
     c, _ = s.accept(); conns.append(c)
 ' >"$T/mute.port" &
 PIDS="$PIDS $!"
-i=0
-while [ ! -s "$T/mute.port" ]; do i=$((i + 1)); [ $i -lt 100 ] || fail "mute listener"; sleep 0.05; done
+await "mute listener" 100 0.05 - test -s "$T/mute.port"
 MUTE=$(cat "$T/mute.port")
 fq -w "127.0.0.1:$P1,127.0.0.1:$MUTE" --format tsv --connect-timeout 1 "$Q"
 expect_rc 3 "mute listener"

@@ -1,40 +1,18 @@
 # SPDX-License-Identifier: MIT
-# Shared by the fleetq end-to-end tests: a temp dir, certificates, real agentd
-# processes on 127.0.0.1 with free ports, and cleanup on any exit.
+# Shared by the fleetq end-to-end tests (and the gate, relay, stragglers and nvml ones):
+# on top of tests/lib.sh's scratch folder, cleanup and waits, certificates under $T, real
+# agentd processes on 127.0.0.1 with free ports, and fleetq with the test client's.
 #
 # Callers set FLEETQ, AGENTD, TRACEGEN, MKCERTS (CMake passes them) and source this.
 
+. "$(dirname "$0")/../lib.sh"
 set -u
 # No user or system config file leaks into a test.
 export FLEETQ_CONFIG=/dev/null
 unset SLURM_JOB_NODELIST
 
-T=$(mktemp -d "${TMPDIR:-/tmp}/fq-e2e.XXXXXX")
-PIDS=
-cleanup() {
-	for p in $PIDS; do
-		kill -CONT "$p" 2>/dev/null
-		kill "$p" 2>/dev/null
-	done
-	for p in $PIDS; do
-		wait "$p" 2>/dev/null
-	done
-	if [ -n "${KEEP:-}" ]; then
-		echo "kept $T" >&2
-	else
-		rm -rf "$T"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-fail() {
-	echo "FAIL: $*" >&2
-	for f in "$T"/*.log; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
-	done
-	exit 1
-}
+scratch fq-e2e
+fail_logs() { tail_logs 20 "$T"/*.log; }
 
 for v in FLEETQ AGENTD TRACEGEN MKCERTS; do
 	eval "x=\${$v:-}"
@@ -45,7 +23,7 @@ done
 certs() {
 	d=$1
 	shift
-	"$MKCERTS" "$T/$d" "$@" >"$T/mkcerts-$d.log" 2>&1 || fail "mkcerts $d failed"
+	certs_in "$T/$d" "$@"
 }
 
 # start_agent NAME DB CERTDIR [agentd options...]: starts agentd on 127.0.0.1:0
@@ -64,32 +42,15 @@ start_agent() {
 		--node "$name" --port-file "$T/$name.port" --log "$T/$name.log" "$@" &
 	PID=$!
 	PIDS="$PIDS $PID"
-	i=0
-	while [ ! -s "$T/$name.port" ]; do
-		kill -0 "$PID" 2>/dev/null || fail "agentd $name exited at start"
-		i=$((i + 1))
-		[ $i -lt 200 ] || fail "agentd $name wrote no port file"
-		sleep 0.05
-	done
-	PORT=$(cat "$T/$name.port")
+	await_port "agentd $name" "$T/$name.port" "$PID"
 }
 
-# A port nobody listens on: bind one, read it, let it go.
 # fake MODE: starts fq-fakeagent ($FAKEAGENT) in MODE; sets port.
 fake() {
 	"$FAKEAGENT" "$1" "$T/fake-$1.port" >/dev/null 2>"$T/fake-$1.log" &
 	PIDS="$PIDS $!"
-	i=0
-	while [ ! -s "$T/fake-$1.port" ]; do
-		i=$((i + 1))
-		[ $i -lt 100 ] || fail "fake agent $1 did not start"
-		sleep 0.05
-	done
+	await "fake agent $1 did not start" 100 0.05 - test -s "$T/fake-$1.port"
 	port=$(cat "$T/fake-$1.port")
-}
-
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
 # fq ARGS...: fleetq with the test client certificate (none with --insecure, which

@@ -4,13 +4,12 @@
 # -f N (--fanout), and -x applied to $SLURM_JOB_NODELIST. Hosts are loopback ports where
 # nobody listens (refused at once), so `ping` lists exactly the hosts selected.
 # usage: hosts_cli.sh FLEETQ
+. "$(dirname "$0")/../lib.sh"
 set -u
 FLEETQ=$1
-T=$(mktemp -d "${TMPDIR:-/tmp}/fq-hostscli.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+scratch fq-hostscli
 export FLEETQ_CONFIG=/dev/null
 unset SLURM_JOB_NODELIST
-fail() { echo "FAIL: $*" >&2; exit 1; }
 # nodes ARGS...: the node column of fleetq ping, space-joined
 nodes() {
 	"$FLEETQ" --insecure --format tsv --connect-timeout 2 "$@" ping 2>"$T/err" |

@@ -242,5 +242,5 @@ int main(void)
 	}
 	test_split();
 	test_file();
-	CHECK_DONE();
+	return check_done(NULL);
 }

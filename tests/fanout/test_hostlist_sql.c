@@ -60,5 +60,5 @@ int main(void)
 	    "SELECT 'a2')",
 	    "a[1-2]");
 	merge_free(m);
-	CHECK_DONE();
+	return check_done(NULL);
 }

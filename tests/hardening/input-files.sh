@@ -72,7 +72,7 @@ PIDS="$PIDS $!"
 i=0
 while [ ! -s "$T/six.port" ]; do
 	i=$((i + 1))
-	[ $i -lt 100 ] || { echo "SKIP: no IPv6 loopback" >&2; exit 77; }
+	[ $i -lt 100 ] || skip "no IPv6 loopback"
 	sleep 0.05
 done
 P6=$(cat "$T/six.port")

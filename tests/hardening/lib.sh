@@ -53,12 +53,7 @@ fqc() {
 # log_has NAME REGEX: agent NAME's log has (or gets, within 10 s: the agent may
 # log just after the client has gone) a line matching REGEX.
 log_has() {
-	i=0
-	until grep -qE -- "$2" "$T/$1.log"; do
-		i=$((i + 1))
-		[ $i -lt 100 ] || fail "agent $1's log lacks /$2/"
-		sleep 0.1
-	done
+	await "agent $1's log lacks /$2/" 100 0.1 - grep -qE -- "$2" "$T/$1.log"
 }
 
 # err_has REGEX: fleetq's stderr has a line matching REGEX.
@@ -79,9 +74,9 @@ vmhwm() {
 # need_trace: skips unless this run can trace the stand-in workload (root, an agentd built
 # with the tracer, fq-workload); sets LIBS (the stand-in's libraries, for --probes) and DB.
 need_trace() {
-	[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for BPF" >&2; exit 77; }
-	[ "${AGENTD_HAVE_TRACE:-0}" = 1 ] || { echo "SKIP: agentd built without tracing" >&2; exit 77; }
-	[ -n "${FQ_WORKLOAD:-}" ] || { echo "SKIP: no stand-in workload" >&2; exit 77; }
+	[ "$(id -u)" = 0 ] || skip "needs root for BPF"
+	[ "${AGENTD_HAVE_TRACE:-0}" = 1 ] || skip "agentd built without tracing"
+	[ -n "${FQ_WORKLOAD:-}" ] || skip "no stand-in workload"
 	S=$(dirname "$FQ_WORKLOAD")
 	LIBS="lib:$S/libnccl.so.2,lib:$S/libcudart.so.13,lib:$S/libcuda.so.1"
 	DB=$T/trace.db
@@ -98,12 +93,6 @@ trace_agent() {
 		--port-file "$T/$_n.port" "$@" 2>"$T/$_n.log" &
 	APID=$!
 	PIDS="$PIDS $APID"
-	_i=0
-	until grep -q 'serving' "$T/$_n.log"; do
-		kill -0 "$APID" 2>/dev/null || fail "agentd ($_n) exited at start"
-		_i=$((_i + 1))
-		[ $_i -lt 300 ] || fail "agentd ($_n) did not start"
-		sleep 0.05
-	done
+	await "agentd ($_n) did not start" 300 0.05 "$APID" grep -q 'serving' "$T/$_n.log"
 	A=$(cat "$T/$_n.port")
 }

@@ -7,7 +7,7 @@
 # CAP_DAC_READ_SEARCH and CAP_SYS_RESOURCE, and still attach to a workload started after agentd.
 . "$(dirname "$0")/lib.sh"
 
-[ "$(id -u)" = 0 ] || { echo "privs: not root, nothing to drop (skipped)"; exit 77; }
+[ "$(id -u)" = 0 ] || skip "privs: not root, nothing to drop"
 certs ca 127.0.0.1
 "$TRACEGEN" --out "$T/n.db" --node n --ranks 2 --nranks 2 --steps 5 >"$T/gen.log" 2>&1 ||
 	fail "fq-tracegen"

@@ -114,8 +114,7 @@ openssl ca -batch -notext -config "$T/ca-oldagent/ca.cnf" -cert "$T/ca/ca.crt" \
 	--log "$T/old.log" --ca "$T/ca/ca.crt" --cert "$T/ca/oldagent.crt" \
 	--key "$T/ca/oldagent.key" &
 PIDS="$PIDS $!"
-i=0
-while [ ! -s "$T/old.port" ]; do i=$((i + 1)); [ $i -lt 200 ] || fail "old agent"; sleep 0.05; done
+await "old agent" 200 0.05 - test -s "$T/old.port"
 OLD=$(cat "$T/old.port")
 fqc client -w "127.0.0.1:$OLD" --format tsv "$Q"
 refused "expired agent certificate"

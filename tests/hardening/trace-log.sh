@@ -5,8 +5,8 @@
 # nothing of theirs lands on stderr. They share the server's file descriptor,
 # so SIGHUP's reopen (tests/agentd/t0050-signals.sh) holds for them too.
 . "$(dirname "$0")/lib.sh"
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root for BPF" >&2; exit 77; }
-[ "${AGENTD_HAVE_TRACE:-0}" = 1 ] || { echo "SKIP: agentd built without tracing" >&2; exit 77; }
+[ "$(id -u)" = 0 ] || skip "needs root for BPF"
+[ "${AGENTD_HAVE_TRACE:-0}" = 1 ] || skip "agentd built without tracing"
 DB=$T/trace.db
 LOG=$T/agentd.log
 sqlite3 -batch "$DB" "CREATE TABLE meta (key TEXT PRIMARY KEY, value);

@@ -1,15 +1,11 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # usage: destdir.sh BUILD-DIR PREFIX: installs into a temporary DESTDIR and checks the tree.
+. "$(dirname "$0")/../lib.sh"
 set -u
 BUILD=$1
 PREFIX=$2
-T=$(mktemp -d "${TMPDIR:-/tmp}/fq-install.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
+scratch fq-install
 DESTDIR=$T cmake --install "$BUILD" >"$T/log" 2>&1 || { cat "$T/log" >&2; fail "cmake --install"; }
 R=$T$PREFIX
 for f in bin/fleetq sbin/agentd bin/fleetq-mkcerts; do

@@ -8,7 +8,6 @@
 # nothing is when the library is missing.
 # Env (CMake): FLEETQ AGENTD TRACEGEN MKCERTS STANDIN FAKENVML EXAMPLES.
 . "$(dirname "$0")/../e2e/lib.sh"
-skip() { echo "SKIP: $*" >&2; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to load BPF programs"
 [ -r /sys/kernel/btf/vmlinux ] || skip "no kernel BTF at /sys/kernel/btf/vmlinux"
 [ -x "$STANDIN/fq-workload" ] || fail "no stand-in workload at '$STANDIN' (target standin)"
@@ -43,14 +42,7 @@ agent() {
 		--port-file "$T/$1.port" --log "$T/$1.log" &
 	PID=$!
 	PIDS="$PIDS $PID"
-	i=0
-	while [ ! -s "$T/$1.port" ]; do
-		kill -0 "$PID" 2>/dev/null || fail "agentd $1 exited at start"
-		i=$((i + 1))
-		[ $i -lt 600 ] || fail "agentd $1 wrote no port file"
-		sleep 0.05
-	done
-	PORT=$(cat "$T/$1.port")
+	await_port "agentd $1" "$T/$1.port" "$PID" 600
 }
 
 agent gpu "$FAKENVML"

@@ -156,66 +156,66 @@ static void test_sample(void)
 	g = gpu_sampler_new(fake_lib, &cause);
 	if (!g)
 		DIE("fake NVML did not start: %s", cause ? cause : "?");
-	CHECK_I64(gpu_sampler_count(g), 4);
+	CHECK_EQ(gpu_sampler_count(g), 4);
 	CHECK_STR(gpu_sampler_describe(g), "4 GPUs (driver fake-999.1, NVML fake-13.999)");
-	CHECK_I64(gpu_sampler_sample(g, 1000, collect, got), 4);
-	CHECK_I64(got->n, 4);
+	CHECK_EQ(gpu_sampler_sample(g, 1000, collect, got), 4);
+	CHECK_EQ(got->n, 4);
 	for (int i = 0; i < got->n && i < 4; i++) {
 		struct rec_gpu *r = &got->r[i];
 		char want[64];
 
-		CHECK_I64(r->ts_ns, 1000);
-		CHECK_I64(r->gpu_index, i);
+		CHECK_EQ(r->ts_ns, 1000);
+		CHECK_EQ(r->gpu_index, i);
 		snprintf(want, sizeof(want), "GPU-fa4e0000-0000-4000-8000-%012d", i);
 		CHECK_STR(got->uuid[i], want);
-		CHECK_I64(r->sm_clock_max_mhz, 1980);
-		CHECK_I64(r->mem_clock_mhz, 2619);
-		CHECK_I64(r->power_limit_mw, 700000);
-		CHECK_I64(r->util_gpu_pct, 90);
-		CHECK_I64(r->util_mem_pct, 40);
-		CHECK_I64(r->pcie_gen, 5);
-		CHECK_I64(r->pcie_gen_max, 5);
-		CHECK_I64(r->pcie_width_max, 16);
-		CHECK_I64(r->ecc_uncorrected, 0);
-		CHECK_I64(r->remap_pending, 0);
+		CHECK_EQ(r->sm_clock_max_mhz, 1980);
+		CHECK_EQ(r->mem_clock_mhz, 2619);
+		CHECK_EQ(r->power_limit_mw, 700000);
+		CHECK_EQ(r->util_gpu_pct, 90);
+		CHECK_EQ(r->util_mem_pct, 40);
+		CHECK_EQ(r->pcie_gen, 5);
+		CHECK_EQ(r->pcie_gen_max, 5);
+		CHECK_EQ(r->pcie_width_max, 16);
+		CHECK_EQ(r->ecc_uncorrected, 0);
+		CHECK_EQ(r->remap_pending, 0);
 	}
 	/* the healthy ones, the throttled one */
-	CHECK_I64(got->r[0].sm_clock_mhz, 1980);
-	CHECK_I64(got->r[0].clock_reasons, 0);
-	CHECK_I64(got->r[0].ecc_corrected, 7);
-	CHECK_I64(got->r[0].pcie_width, 8);
-	CHECK_I64(got->r[2].sm_clock_mhz, 1410);
-	CHECK_I64(got->r[2].clock_reasons, 0x20);
-	CHECK_I64(got->r[2].temp_c, 91);
+	CHECK_EQ(got->r[0].sm_clock_mhz, 1980);
+	CHECK_EQ(got->r[0].clock_reasons, 0);
+	CHECK_EQ(got->r[0].ecc_corrected, 7);
+	CHECK_EQ(got->r[0].pcie_width, 8);
+	CHECK_EQ(got->r[2].sm_clock_mhz, 1410);
+	CHECK_EQ(got->r[2].clock_reasons, 0x20);
+	CHECK_EQ(got->r[2].temp_c, 91);
 	/* a failing call: that column only */
-	CHECK_I64(got->r[1].power_mw, REC_NULL32);
-	CHECK_I64(got->r[1].sm_clock_mhz, 1980);
-	CHECK_I64(got->r[1].temp_c, 45);
-	CHECK_I64(got->r[0].power_mw, 300000);
+	CHECK_EQ(got->r[1].power_mw, REC_NULL32);
+	CHECK_EQ(got->r[1].sm_clock_mhz, 1980);
+	CHECK_EQ(got->r[1].temp_c, 45);
+	CHECK_EQ(got->r[0].power_mw, 300000);
 	/* 18 links, one replay each; GPU 3 has no NVLink; slow to read: one GPU per sample */
-	CHECK_I64(got->r[0].nvlink_replay, 18);
-	CHECK_I64(got->r[0].nvlink_crc, 0);
-	CHECK_I64(got->r[1].nvlink_replay, REC_NULL);
-	CHECK_I64(got->r[3].nvlink_replay, REC_NULL);
-	CHECK_I64(got->r[3].nvlink_recovery, REC_NULL);
+	CHECK_EQ(got->r[0].nvlink_replay, 18);
+	CHECK_EQ(got->r[0].nvlink_crc, 0);
+	CHECK_EQ(got->r[1].nvlink_replay, REC_NULL);
+	CHECK_EQ(got->r[3].nvlink_replay, REC_NULL);
+	CHECK_EQ(got->r[3].nvlink_recovery, REC_NULL);
 	/* XID 79 on GPU 3 */
-	CHECK_I64(got->r[3].xid_count, 1);
-	CHECK_I64(got->r[3].xid_last, 79);
-	CHECK_I64(got->r[0].xid_count, 0);
-	CHECK_I64(got->r[0].xid_last, REC_NULL32);
+	CHECK_EQ(got->r[3].xid_count, 1);
+	CHECK_EQ(got->r[3].xid_last, 79);
+	CHECK_EQ(got->r[0].xid_count, 0);
+	CHECK_EQ(got->r[0].xid_last, REC_NULL32);
 	gpu_sampler_get_stats(g, &st);
-	CHECK_I64(st.failed_calls, 1);
+	CHECK_EQ(st.failed_calls, 1);
 
 	/* the failing call is tried again (it may recover), the unsupported one is not */
 	write_config("gpus 4\ngpu 3 unsupported nvlink\n");
 	got->n = 0;
-	CHECK_I64(gpu_sampler_sample(g, 2000, collect, got), 4);
-	CHECK_I64(got->r[1].power_mw, 300000);
-	CHECK_I64(got->r[2].sm_clock_mhz, 1980);
-	CHECK_I64(got->r[3].xid_count, 1);
-	CHECK_I64(got->r[0].nvlink_replay, 18); /* the last value, not read again */
-	CHECK_I64(got->r[1].nvlink_replay, 18);
-	CHECK_I64(got->r[2].nvlink_replay, REC_NULL);
+	CHECK_EQ(gpu_sampler_sample(g, 2000, collect, got), 4);
+	CHECK_EQ(got->r[1].power_mw, 300000);
+	CHECK_EQ(got->r[2].sm_clock_mhz, 1980);
+	CHECK_EQ(got->r[3].xid_count, 1);
+	CHECK_EQ(got->r[0].nvlink_replay, 18); /* the last value, not read again */
+	CHECK_EQ(got->r[1].nvlink_replay, 18);
+	CHECK_EQ(got->r[2].nvlink_replay, REC_NULL);
 
 	/* the cost of one sample of 4 fake GPUs: our side of it (bench/gpu/nvml.sh: real GPUs) */
 	for (int i = 0; i < 1000; i++) {
@@ -297,16 +297,16 @@ static void test_map(void)
 	procs[0] = (struct gpu_proc){ .pid = a, .start_ns = 11 };
 	procs[1] = (struct gpu_proc){ .pid = b, .start_ns = 22 };
 	procs[2] = (struct gpu_proc){ .pid = c, .start_ns = 33 };
-	CHECK_I64(gpu_sampler_map(g, 500, procs, 3, collect_map, got), 4);
+	CHECK_EQ(gpu_sampler_map(g, 500, procs, 3, collect_map, got), 4);
 	CHECK(mapped(got, a, 0, "nvml"));
 	CHECK(mapped(got, b, 3, "nvml"));
 	CHECK(mapped(got, b, 3, "local_rank"));
 	CHECK(mapped(got, c, 1, "cuda_visible_devices"));
-	CHECK_I64(got->m, 4);
+	CHECK_EQ(got->m, 4);
 	for (int i = 0; i < got->m; i++) {
-		CHECK_I64(got->p[i].ts_ns, 500);
+		CHECK_EQ(got->p[i].ts_ns, 500);
 		if (got->p[i].pid == b)
-			CHECK_I64(got->p[i].start_ns, 22);
+			CHECK_EQ(got->p[i].start_ns, 22);
 	}
 	for (int i = 0; i < got->m; i++)
 		if (got->p[i].pid == c)
@@ -316,12 +316,12 @@ static void test_map(void)
 		CHECK(got->p[i].pid != 1);
 	/* once per (process, GPU, source) */
 	got->m = 0;
-	CHECK_I64(gpu_sampler_map(g, 600, procs, 3, collect_map, got), 0);
+	CHECK_EQ(gpu_sampler_map(g, 600, procs, 3, collect_map, got), 0);
 	/* a process that takes a second GPU later */
 	snprintf(cf, sizeof(cf), "gpus 4\nproc %d 0\nproc %d 2\nproc %d 3\n", (int)a, (int)a,
 		 (int)b);
 	write_config(cf);
-	CHECK_I64(gpu_sampler_map(g, 700, procs, 3, collect_map, got), 1);
+	CHECK_EQ(gpu_sampler_map(g, 700, procs, 3, collect_map, got), 1);
 	CHECK(mapped(got, a, 2, "nvml"));
 	gpu_sampler_free(g);
 	kill(a, SIGKILL);
@@ -379,22 +379,22 @@ static void test_thread(const char *dir)
 	/* 100 ms over 1.05 s: 11 samples (one at start), give or take a slow machine */
 	n = test_i64(db, "SELECT count(*) FROM gpu_samples WHERE gpu_index = 0");
 	CHECK(n >= 8 && n <= 12);
-	CHECK_I64(test_i64(db, "SELECT count(DISTINCT gpu_index) FROM gpu_samples"), 3);
+	CHECK_EQ(test_i64(db, "SELECT count(DISTINCT gpu_index) FROM gpu_samples"), 3);
 	/* every GPU in every sample */
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM (SELECT ts_ns FROM gpu_samples GROUP BY ts_ns "
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM (SELECT ts_ns FROM gpu_samples GROUP BY ts_ns "
 			       "HAVING count(*) != 3)"), 0);
-	CHECK_I64(test_i64(db, "SELECT max(sm_clock_mhz) FROM gpu_samples WHERE gpu_index = 1"),
+	CHECK_EQ(test_i64(db, "SELECT max(sm_clock_mhz) FROM gpu_samples WHERE gpu_index = 1"),
 		  1200);
-	CHECK_I64(test_i64(db, "SELECT min(clock_reasons) FROM gpu_samples WHERE gpu_index = 1"),
+	CHECK_EQ(test_i64(db, "SELECT min(clock_reasons) FROM gpu_samples WHERE gpu_index = 1"),
 		  0x40);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE pci_bus_id = "
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE pci_bus_id = "
 			       "'00000000:11:00.0' AND gpu_uuid LIKE 'GPU-fa4e%1'"), n);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE power_mw IS NULL"), 0);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE power_mw IS NULL"), 0);
 	/* this process, listed by the driver on GPU 1 */
-	CHECK_I64(test_i64(db, "SELECT gpu_index FROM process_gpus WHERE source = 'nvml' AND "
+	CHECK_EQ(test_i64(db, "SELECT gpu_index FROM process_gpus WHERE source = 'nvml' AND "
 			       "start_ns = 42"), 1);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM process_gpus"), 1);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM meta WHERE key = 'gpu_status' AND value = "
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM process_gpus"), 1);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM meta WHERE key = 'gpu_status' AND value = "
 			       "'3 GPUs (driver fake-999.1, NVML fake-13.999), every 100 ms'"), 1);
 	CHECK(test_i64(db, "SELECT value FROM meta WHERE key = 'gpu_sample_ns'") > 0);
 	CHECK(test_i64(db, "SELECT value FROM meta WHERE key = 'gpu_samples'") >= 8);
@@ -410,7 +410,7 @@ static void test_thread(const char *dir)
 	store_flush(s);
 	store_close(s);
 	db = test_reader(path);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM meta WHERE key = 'gpu_status' AND value = "
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM meta WHERE key = 'gpu_status' AND value = "
 			       "'off (--gpu-interval 0)'"), 1);
 	sqlite3_close(db);
 	unlink(path);
@@ -427,9 +427,9 @@ static void test_thread(const char *dir)
 	store_flush(s);
 	store_close(s);
 	db = test_reader(path);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM meta WHERE key = 'gpu_status' AND value "
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM meta WHERE key = 'gpu_status' AND value "
 			       "LIKE 'off: cannot load ''/nonexistent/libnvidia-ml.so.1''%'"), 1);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM gpu_samples"), 0);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_samples"), 0);
 	sqlite3_close(db);
 	unlink(path);
 	free(cause);
@@ -459,14 +459,14 @@ static void test_old_file(const char *dir)
 	r.u.gpu.uuid = "GPU-x";
 	r.u.gpu.temp_c = REC_NULL32;
 	r.u.gpu.ecc_corrected = REC_NULL;
-	CHECK_I64(store_put(s, &r), 0);
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_put(s, &r), 0);
+	CHECK_EQ(store_flush(s), 0);
 	store_close(s);
 	db = test_reader(path);
-	CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
+	CHECK_EQ(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
 		  FQSQL_SCHEMA_VERSION);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM offcpu WHERE ts_ns = 100"), 1);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE ts_ns = 200 AND "
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM offcpu WHERE ts_ns = 100"), 1);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE ts_ns = 200 AND "
 			       "gpu_uuid = 'GPU-x' AND temp_c IS NULL AND ecc_corrected IS NULL "
 			       "AND sm_clock_mhz = 0"), 1);
 	sqlite3_close(db);
@@ -497,27 +497,27 @@ static void test_retain(const char *dir)
 		r.u.process.exit_ns = pid == 5 ? old + 1 : REC_NULL;
 		r.u.process.exit_code = r.u.process.ppid = r.u.process.cgroup_id = REC_NULL;
 		r.u.process.rank = r.u.process.local_rank = r.u.process.world_size = REC_NULL;
-		CHECK_I64(store_put(s, &r), 0);
+		CHECK_EQ(store_put(s, &r), 0);
 		r.kind = REC_PROCESS_GPU;
 		r.u.process_gpu = (struct rec_process_gpu){
 			.ts_ns = old, .pid = pid, .start_ns = old, .gpu_index = 0,
 			.gpu_uuid = "GPU-x", .source = "nvml",
 		};
-		CHECK_I64(store_put(s, &r), 0);
+		CHECK_EQ(store_put(s, &r), 0);
 	}
 	r.kind = REC_GPU;
 	memset(&r.u.gpu, 0, sizeof(r.u.gpu));
 	r.u.gpu.ts_ns = old;
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	r.u.gpu.ts_ns = now;
-	CHECK_I64(store_put(s, &r), 0);
-	CHECK_I64(store_flush(s), 0);
-	CHECK_I64(store_retain_now(s), 0);
+	CHECK_EQ(store_put(s, &r), 0);
+	CHECK_EQ(store_flush(s), 0);
+	CHECK_EQ(store_retain_now(s), 0);
 	store_close(s);
 	db = test_reader(path);
-	CHECK_I64(test_i64(db, "SELECT group_concat(pid) FROM process_gpus"), 6);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM gpu_samples"), 1);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE ts_ns = "
+	CHECK_EQ(test_i64(db, "SELECT group_concat(pid) FROM process_gpus"), 6);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_samples"), 1);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE ts_ns = "
 			       "(SELECT max(ts_ns) FROM gpu_samples) AND ts_ns > 0"), 1);
 	sqlite3_close(db);
 	unlink(path);
@@ -542,8 +542,8 @@ int main(int argc, char **argv)
 	test_old_file(dir);
 	test_retain(dir);
 	test_rmrf(dir);
-	if (test_failures) {
-		fprintf(stderr, "%d check(s) failed\n", test_failures);
+	if (check_failures) {
+		fprintf(stderr, "%d check(s) failed\n", check_failures);
 		return 1;
 	}
 	printf("ok\n");

@@ -9,8 +9,8 @@
 [ -x "${GATE:-}" ] || fail "GATE is not set to examples/ci/straggler-gate.sh"
 has_stragglers || skip "'$FLEETQ stragglers' is not available in this build"
 
-"$MKCERTS" "$T/certs" 127.0.0.1 >"$T/mkcerts.log" 2>&1 || fail "mkcerts failed"
-"$MKCERTS" "$T/other" 127.0.0.1 >>"$T/mkcerts.log" 2>&1 || fail "mkcerts (other CA) failed"
+certs_in "$T/certs" 127.0.0.1
+certs_in "$T/other" 127.0.0.1
 export CERTHOST=127.0.0.1 FLEETQ
 export FLEETQ_CA=$T/certs/ca.crt FLEETQ_CERT=$T/certs/client.crt FLEETQ_KEY=$T/certs/client.key
 

@@ -40,15 +40,12 @@ stop_slurm() {
 }
 CLEANUP_HOOKS=stop_slurm
 
-"$MKCERTS" "$T/certs" localhost >"$T/mkcerts.log" 2>&1 || fail "mkcerts failed"
+certs_in "$T/certs" localhost
 STANDIN=$STANDIN_DIR
 LIBS="lib:$STANDIN/libnccl.so.2,lib:$STANDIN/libcudart.so.13,lib:$STANDIN/libcuda.so.1"
 start_agent localhost "$T/trace.db" --probes "nccl,sync,malloc,sched,tcp,proc,$LIBS"
 ok "traced agentd on 127.0.0.1:$PORT"
 
-free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 dd if=/dev/urandom of="$S/munge.key" bs=1024 count=1 2>/dev/null
 chmod 400 "$S/munge.key"
 munged --force --socket="$S/munge.sock" --key-file="$S/munge.key" --pid-file="$S/munged.pid" \
@@ -120,12 +117,7 @@ job() {
 		--wrap "exec '$STANDIN/fq-workload' --ranks 4 --steps 400 --job-id \$SLURM_JOB_ID $*") ||
 		fail "sbatch failed (job '$JOB'): $(cat "$T"/job-*.out 2>/dev/null | tail -n 3)"
 	JOB=${JOB%%;*}
-	i=0
-	while [ ! -s "$S/epilog-rc.$JOB" ]; do
-		i=$((i + 1))
-		[ $i -lt 600 ] || fail "job $JOB: the epilog did not finish in 60 s"
-		sleep 0.1
-	done
+	await "job $JOB: the epilog did not finish in 60 s" 600 0.1 - test -s "$S/epilog-rc.$JOB"
 }
 
 job --slow-rank 2 --slow-pct 30

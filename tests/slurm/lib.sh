@@ -1,44 +1,14 @@
 # SPDX-License-Identifier: MIT
-# Shared by tests/slurm: a temp dir, certificates, local agentd processes, cleanup by trap.
+# Shared by tests/slurm: on top of tests/lib.sh (scratch folder, cleanup, certificates),
+# local agentd processes.
 # Callers set FLEETQ, AGENTD, MKCERTS (CMake passes them; see CMakeLists.txt) and source this.
+. "$(dirname "$0")/../lib.sh"
 set -eu
 export FLEETQ_CONFIG=/dev/null
 unset SLURM_JOB_NODELIST SLURM_NODELIST SLURM_JOB_ID
 
-T=$(mktemp -d "${TMPDIR:-/tmp}/fq-slurm.XXXXXX")
-PIDS=
-CLEANUP_HOOKS=
-cleanup() {
-	for h in $CLEANUP_HOOKS; do
-		"$h" || :
-	done
-	for p in $PIDS; do
-		kill "$p" 2>/dev/null || :
-	done
-	for p in $PIDS; do
-		wait "$p" 2>/dev/null || :
-	done
-	if [ -n "${KEEP:-}" ]; then
-		echo "kept $T" >&2
-	else
-		rm -rf "$T"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-fail() {
-	echo "FAIL: $*" >&2
-	for f in "$T"/*.log "$T"/slurm/log/*.log; do
-		[ -f "$f" ] && { echo "--- $f" >&2; tail -n 15 "$f" >&2; }
-	done
-	exit 1
-}
-skip() {
-	echo "SKIP: $*" >&2
-	exit 77
-}
-ok() { echo "ok: $*"; }
+scratch fq-slurm
+fail_logs() { tail_logs 15 "$T"/*.log "$T"/slurm/log/*.log; }
 
 for v in FLEETQ AGENTD MKCERTS; do
 	eval "x=\${$v:-}"
@@ -61,12 +31,5 @@ start_agent() {
 		--port-file "$T/$name.port" --log "$T/$name.log" "$@" &
 	PID=$!
 	PIDS="$PIDS $PID"
-	i=0
-	while [ ! -s "$T/$name.port" ]; do
-		kill -0 "$PID" 2>/dev/null || fail "agentd $name exited at start"
-		i=$((i + 1))
-		[ $i -lt 600 ] || fail "agentd $name wrote no port file in 30 s"
-		sleep 0.05
-	done
-	PORT=$(cat "$T/$name.port")
+	await_port "agentd $name" "$T/$name.port" "$PID" 600
 }

@@ -40,9 +40,9 @@ static void expect(const char *sql, double want)
 	double got;
 	int r = q(sql, &got, err, sizeof(err));
 
-	CHECK(r == 1, "%s: %s", sql, r < 0 ? err : "NULL");
+	CHECK_MSG(r == 1, "%s: %s", sql, r < 0 ? err : "NULL");
 	if (r == 1)
-		CHECK(fabs(got - want) <= 1e-9 * (1 + fabs(want)), "%s: got %.17g, want %.17g",
+		CHECK_MSG(fabs(got - want) <= 1e-9 * (1 + fabs(want)), "%s: got %.17g, want %.17g",
 		      sql, got, want);
 }
 
@@ -52,7 +52,7 @@ static void expect_null(const char *sql)
 	double got;
 	int r = q(sql, &got, err, sizeof(err));
 
-	CHECK(r == 0, "%s: want NULL, got %s", sql, r < 0 ? err : "a number");
+	CHECK_MSG(r == 0, "%s: want NULL, got %s", sql, r < 0 ? err : "a number");
 }
 
 static void expect_error(const char *sql, const char *substr)
@@ -61,7 +61,7 @@ static void expect_error(const char *sql, const char *substr)
 	double got;
 	int r = q(sql, &got, err, sizeof(err));
 
-	CHECK(r < 0 && strstr(err, substr), "%s: want error with '%s', got %s", sql, substr,
+	CHECK_MSG(r < 0 && strstr(err, substr), "%s: want error with '%s', got %s", sql, substr,
 	      r < 0 ? err : "a result");
 }
 
@@ -123,7 +123,7 @@ static void test_random(void)
 			char err[256];
 
 			snprintf(sql, sizeof(sql), "SELECT percentile(x, %g) FROM r", ps[k]);
-			CHECK(q(sql, &got, err, sizeof(err)) == 1 &&
+			CHECK_MSG(q(sql, &got, err, sizeof(err)) == 1 &&
 				      fabs(got - want) <= 1e-9 * (1 + fabs(want)),
 			      "n=%d p=%g: got %.17g, want %.17g", n, ps[k], got, want);
 		}
@@ -141,7 +141,7 @@ static void test_speed(void)
 	exec("CREATE TABLE big AS WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c "
 	     "WHERE i < 999999) SELECT (i * 7919) % 1000000 AS x FROM c");
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	CHECK(q("SELECT median(x) FROM big", &got, err, sizeof(err)) == 1, "%s", err);
+	CHECK_MSG(q("SELECT median(x) FROM big", &got, err, sizeof(err)) == 1, "%s", err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	CHECK_NEAR(got, 499999.5, 1e-9, "median of 1M");
 	secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
@@ -156,7 +156,7 @@ int main(void)
 		fprintf(stderr, "cannot set up an in-memory database\n");
 		return 1;
 	}
-	CHECK(fqsql_register(NULL) == -EINVAL, "NULL db");
+	CHECK_MSG(fqsql_register(NULL) == -EINVAL, "NULL db");
 	exec("CREATE TABLE odd (x); INSERT INTO odd VALUES (3), (1), (2);"
 	     "CREATE TABLE even (x); INSERT INTO even VALUES (4), (1), (3), (2);"
 	     "CREATE TABLE nulls (x); INSERT INTO nulls VALUES (1), (NULL), (3), (NULL);"

@@ -90,11 +90,11 @@ static void check_refused(sqlite3 *db, const char *sql, int want, const char *ca
 	char *cause = NULL;
 	int r = fqsql_prepare(db, sql, &st, &cause);
 
-	CHECK(r == want, "%s: got %d (%s), want %d", sql, r, cause ? cause : "-", want);
-	CHECK(st == NULL, "%s: statement returned on refusal", sql);
-	CHECK(cause && strstr(cause, cause_has), "%s: cause '%s' lacks '%s'", sql,
+	CHECK_MSG(r == want, "%s: got %d (%s), want %d", sql, r, cause ? cause : "-", want);
+	CHECK_MSG(st == NULL, "%s: statement returned on refusal", sql);
+	CHECK_MSG(cause && strstr(cause, cause_has), "%s: cause '%s' lacks '%s'", sql,
 	      cause ? cause : "(null)", cause_has);
-	CHECK(!cause || !strchr(cause, '\n'), "%s: cause is more than one line", sql);
+	CHECK_MSG(!cause || !strchr(cause, '\n'), "%s: cause is more than one line", sql);
 	if (r == 0)
 		sqlite3_finalize(st);
 	free(cause);
@@ -107,7 +107,7 @@ static int run(sqlite3 *db, const char *sql, int64_t *first)
 	char *cause = NULL;
 	int r = fqsql_prepare(db, sql, &st, &cause), rc;
 
-	CHECK(r == 0, "%s: prepare failed: %s", sql, cause);
+	CHECK_MSG(r == 0, "%s: prepare failed: %s", sql, cause);
 	free(cause);
 	if (r)
 		return SQLITE_ERROR;
@@ -127,7 +127,7 @@ static double one_double(sqlite3 *db, const char *sql)
 
 	if (fqsql_prepare(db, sql, &st, &cause) == 0 && sqlite3_step(st) == SQLITE_ROW)
 		v = sqlite3_column_double(st, 0);
-	CHECK(!isnan(v), "%s: %s", sql, cause ? cause : sqlite3_errmsg(db));
+	CHECK_MSG(!isnan(v), "%s: %s", sql, cause ? cause : sqlite3_errmsg(db));
 	sqlite3_finalize(st);
 	free(cause);
 	return v;
@@ -204,8 +204,8 @@ static void test_hostile(void)
 	char *before = slurp(dbpath, &n0), *after;
 	int rc;
 
-	CHECK(before && n0 > 0, "cannot read fixture");
-	CHECK(fqsql_open_readonly(dbpath, &lim, &db, &cause) == 0, "open: %s", cause);
+	CHECK_MSG(before && n0 > 0, "cannot read fixture");
+	CHECK_MSG(fqsql_open_readonly(dbpath, &lim, &db, &cause) == 0, "open: %s", cause);
 	free(cause);
 	cause = NULL;
 	if (!db)
@@ -226,33 +226,33 @@ static void test_hostile(void)
 	fqsql_set_deadline(db, now_ns() + 300000000);
 	rc = run(db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
 		 "SELECT count(*) FROM c", &first);
-	CHECK(rc == SQLITE_INTERRUPT, "recursive CTE bomb: rc %d", rc);
-	CHECK(fqsql_deadline_passed(db), "recursive CTE bomb: deadline not recorded");
-	CHECK(fqsql_step_cause(db, rc, &cause) == -ETIMEDOUT && strstr(cause, "deadline"),
+	CHECK_MSG(rc == SQLITE_INTERRUPT, "recursive CTE bomb: rc %d", rc);
+	CHECK_MSG(fqsql_deadline_passed(db), "recursive CTE bomb: deadline not recorded");
+	CHECK_MSG(fqsql_step_cause(db, rc, &cause) == -ETIMEDOUT && strstr(cause, "deadline"),
 	      "CTE bomb cause: %s", cause);
 	free(cause);
 	cause = NULL;
 
 	fqsql_set_deadline(db, now_ns() + 300000000);
-	CHECK(!fqsql_deadline_passed(db), "set_deadline does not clear the flag");
+	CHECK_MSG(!fqsql_deadline_passed(db), "set_deadline does not clear the flag");
 	rc = run(db, "SELECT count(*) FROM t a, t b, t c, t d", &first);
-	CHECK(rc == SQLITE_INTERRUPT && fqsql_deadline_passed(db), "cross join: rc %d", rc);
+	CHECK_MSG(rc == SQLITE_INTERRUPT && fqsql_deadline_passed(db), "cross join: rc %d", rc);
 	fqsql_set_deadline(db, 0);
 
 	rc = run(db, "SELECT length(randomblob(2000000000))", &first);
-	CHECK(rc == SQLITE_TOOBIG, "randomblob(2e9): rc %d", rc);
-	CHECK(fqsql_step_cause(db, rc, &cause) == -E2BIG, "randomblob cause: %s", cause);
+	CHECK_MSG(rc == SQLITE_TOOBIG, "randomblob(2e9): rc %d", rc);
+	CHECK_MSG(fqsql_step_cause(db, rc, &cause) == -E2BIG, "randomblob cause: %s", cause);
 	free(cause);
 	cause = NULL;
 	rc = run(db, "SELECT length(zeroblob(100000000))", &first);
-	CHECK(rc == SQLITE_TOOBIG, "zeroblob(1e8) over 64 MiB: rc %d", rc);
+	CHECK_MSG(rc == SQLITE_TOOBIG, "zeroblob(1e8) over 64 MiB: rc %d", rc);
 	rc = run(db, "SELECT length(group_concat(hex(zeroblob(1000000)))) FROM t", &first);
-	CHECK(rc == SQLITE_TOOBIG, "group_concat to 2 GB: rc %d", rc);
+	CHECK_MSG(rc == SQLITE_TOOBIG, "group_concat to 2 GB: rc %d", rc);
 
 	/* a table-valued pragma given a value would set it: denied when it runs */
 	if (fqsql_prepare(db, "SELECT * FROM pragma_user_version(7)", &pst, &cause) == 0) {
 		rc = sqlite3_step(pst);
-		CHECK(rc != SQLITE_ROW && rc != SQLITE_DONE, "pragma_user_version(7) ran");
+		CHECK_MSG(rc != SQLITE_ROW && rc != SQLITE_DONE, "pragma_user_version(7) ran");
 		sqlite3_finalize(pst);
 	}
 	free(cause);
@@ -274,26 +274,26 @@ static void test_hostile(void)
 			      "'median'"), 1, 0, "pragma_function_list");
 	CHECK_NEAR(one_double(db, "SELECT 41 + 1; -- trailing comment ;"), 42, 0, "trailing");
 	rc = run(db, "PRAGMA table_info(collectives)", &first);
-	CHECK(rc == SQLITE_DONE && first == 0, "PRAGMA table_info: rc %d", rc);
+	CHECK_MSG(rc == SQLITE_DONE && first == 0, "PRAGMA table_info: rc %d", rc);
 	rc = run(db, "PRAGMA user_version", &first);
-	CHECK(rc == SQLITE_DONE && first == 0, "PRAGMA user_version: rc %d, %lld", rc,
+	CHECK_MSG(rc == SQLITE_DONE && first == 0, "PRAGMA user_version: rc %d, %lld", rc,
 	      (long long)first);
 	rc = run(db, "PRAGMA index_list('collectives')", &first);
-	CHECK(rc == SQLITE_DONE, "PRAGMA index_list: rc %d", rc);
+	CHECK_MSG(rc == SQLITE_DONE, "PRAGMA index_list: rc %d", rc);
 	rc = run(db, "SELECT value FROM meta WHERE key = 'schema_version'", &first);
-	CHECK(rc == SQLITE_DONE && first == FQSQL_SCHEMA_VERSION, "schema_version %lld",
+	CHECK_MSG(rc == SQLITE_DONE && first == FQSQL_SCHEMA_VERSION, "schema_version %lld",
 	      (long long)first);
 	fqsql_close(db);
 
 	after = slurp(dbpath, &n1);
-	CHECK(after && n0 == n1 && !memcmp(before, after, n0), "the file's bytes changed");
-	CHECK(!exists(vacpath), "VACUUM INTO wrote '%s'", vacpath);
-	CHECK(!exists("x.db"), "ATTACH created x.db");
-	CHECK(!exists("/tmp/fq x.db"), "ATTACH created '/tmp/fq x.db'");
+	CHECK_MSG(after && n0 == n1 && !memcmp(before, after, n0), "the file's bytes changed");
+	CHECK_MSG(!exists(vacpath), "VACUUM INTO wrote '%s'", vacpath);
+	CHECK_MSG(!exists("x.db"), "ATTACH created x.db");
+	CHECK_MSG(!exists("/tmp/fq x.db"), "ATTACH created '/tmp/fq x.db'");
 	snprintf(sql, sizeof(sql), "%s-journal", dbpath);
-	CHECK(!exists(sql), "a rollback journal appeared");
+	CHECK_MSG(!exists(sql), "a rollback journal appeared");
 	snprintf(sql, sizeof(sql), "%s-wal", dbpath);
-	CHECK(!exists(sql), "a WAL file appeared");
+	CHECK_MSG(!exists(sql), "a WAL file appeared");
 	free(before);
 	free(after);
 }
@@ -307,8 +307,8 @@ static void test_open_errors(void)
 
 	snprintf(path, sizeof(path), "%s/no-such.db", dir);
 	r = fqsql_open_readonly(path, NULL, &db, &cause);
-	CHECK(r == -ENOENT && db == NULL, "missing file: %d", r);
-	CHECK(cause && strstr(cause, path) && !strchr(cause, '\n'), "cause: %s", cause);
+	CHECK_MSG(r == -ENOENT && db == NULL, "missing file: %d", r);
+	CHECK_MSG(cause && strstr(cause, path) && !strchr(cause, '\n'), "cause: %s", cause);
 	free(cause);
 
 	snprintf(path, sizeof(path), "%s/not-a-db.db", dir);
@@ -318,11 +318,11 @@ static void test_open_errors(void)
 	      f);
 	fclose(f);
 	r = fqsql_open_readonly(path, NULL, &db, &cause);
-	CHECK(r < 0 && db == NULL && cause && strstr(cause, "not a database"), "text file: %d %s",
-	      r, cause);
+	CHECK_MSG(r < 0 && db == NULL && cause && strstr(cause, "not a database"),
+		  "text file: %d %s", r, cause);
 	free(cause);
 	r = fqsql_open_readonly(dir, NULL, &db, &cause);
-	CHECK(r == -EINVAL && cause && strstr(cause, "not a regular file"), "dir: %d", r);
+	CHECK_MSG(r == -EINVAL && cause && strstr(cause, "not a regular file"), "dir: %d", r);
 	free(cause);
 }
 
@@ -368,7 +368,7 @@ static void test_wal(void)
 
 	unlink(walpath);
 	if (sqlite3_open(walpath, &db) != SQLITE_OK) {
-		CHECK(0, "cannot create '%s'", walpath);
+		CHECK_MSG(0, "cannot create '%s'", walpath);
 		return;
 	}
 	setup_exec(db, "PRAGMA journal_mode = WAL; CREATE TABLE w (tx, i)");
@@ -377,10 +377,10 @@ static void test_wal(void)
 	pid = fork();
 	if (pid == 0)
 		wal_writer();
-	CHECK(pid > 0, "fork failed");
+	CHECK_MSG(pid > 0, "fork failed");
 	if (pid < 0)
 		return;
-	CHECK(fqsql_open_readonly(walpath, NULL, &db, &cause) == 0, "open WAL: %s", cause);
+	CHECK_MSG(fqsql_open_readonly(walpath, NULL, &db, &cause) == 0, "open WAL: %s", cause);
 	free(cause);
 	while (db && !done) {
 		sqlite3_stmt *st = NULL;
@@ -388,7 +388,7 @@ static void test_wal(void)
 
 		done = waitpid(pid, &status, WNOHANG) == pid;
 		if (fqsql_prepare(db, "SELECT count(*) FROM w", &st, &cause) != 0) {
-			CHECK(0, "prepare under a writer: %s", cause);
+			CHECK_MSG(0, "prepare under a writer: %s", cause);
 			free(cause);
 			break;
 		}
@@ -405,10 +405,11 @@ static void test_wal(void)
 		changes += count != last;
 		last = count;
 	}
-	CHECK(bad == 0, "%d of %lld reads under a writer failed or saw half a transaction", bad,
+	CHECK_MSG(bad == 0, "%d of %lld reads under a writer failed or saw half a transaction", bad,
 	      (long long)reads);
-	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer failed: status %d", status);
-	CHECK(last == WAL_TX * WAL_ROWS, "final count %lld, want %d", (long long)last,
+	CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer failed: status %d",
+		  status);
+	CHECK_MSG(last == WAL_TX * WAL_ROWS, "final count %lld, want %d", (long long)last,
 	      WAL_TX * WAL_ROWS);
 	printf("WAL: %lld reads under a writer saw %lld different counts\n", (long long)reads,
 	       (long long)changes);
@@ -424,15 +425,15 @@ static void test_heap_limit(void)
 	int64_t first;
 	int rc;
 
-	CHECK(fqsql_open_readonly(dbpath, &lim, &db, &cause) == 0, "open: %s", cause);
+	CHECK_MSG(fqsql_open_readonly(dbpath, &lim, &db, &cause) == 0, "open: %s", cause);
 	free(cause);
 	cause = NULL;
 	if (!db)
 		return;
 	rc = run(db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
 		 "WHERE x < 3000000) SELECT median(x) FROM c", &first);
-	CHECK(rc == SQLITE_NOMEM, "median of 3M values under an 8 MiB heap: rc %d", rc);
-	CHECK(fqsql_step_cause(db, rc, &cause) == -ENOMEM, "cause: %s", cause);
+	CHECK_MSG(rc == SQLITE_NOMEM, "median of 3M values under an 8 MiB heap: rc %d", rc);
+	CHECK_MSG(fqsql_step_cause(db, rc, &cause) == -ENOMEM, "cause: %s", cause);
 	free(cause);
 	fqsql_close(db);
 	sqlite3_hard_heap_limit64(0);
@@ -448,7 +449,7 @@ static void test_rearm(void)
 	int64_t first;
 	int rc;
 
-	CHECK(fqsql_open_readonly(dbpath, &lim, &db, &cause) == 0, "open: %s", cause);
+	CHECK_MSG(fqsql_open_readonly(dbpath, &lim, &db, &cause) == 0, "open: %s", cause);
 	free(cause);
 	cause = NULL;
 	if (!db)
@@ -456,44 +457,45 @@ static void test_rearm(void)
 	fqsql_set_deadline(db, now_ns() - 1);
 	rc = run(db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
 		 "WHERE x < 100000000) SELECT count(*) FROM c", &first);
-	CHECK(rc == SQLITE_INTERRUPT && fqsql_deadline_passed(db), "past deadline: rc %d", rc);
+	CHECK_MSG(rc == SQLITE_INTERRUPT && fqsql_deadline_passed(db), "past deadline: rc %d", rc);
 
 	/* a statement still open: refused */
-	CHECK(fqsql_prepare(db, "SELECT a FROM t", &st, &cause) == 0, "prepare: %s", cause);
+	CHECK_MSG(fqsql_prepare(db, "SELECT a FROM t", &st, &cause) == 0, "prepare: %s", cause);
 	free(cause);
 	cause = NULL;
 	if (st)
 		sqlite3_step(st);
-	CHECK(fqsql_rearm(db, &lim) == -EINVAL, "rearm with a statement open");
+	CHECK_MSG(fqsql_rearm(db, &lim) == -EINVAL, "rearm with a statement open");
 	sqlite3_finalize(st);
 
 	/* a statement kept across queries is not compiled again by a rearm */
-	CHECK(fqsql_prepare(db, "SELECT count(*) FROM t", &st, &cause) == 0, "prepare: %s", cause);
+	CHECK_MSG(fqsql_prepare(db, "SELECT count(*) FROM t", &st, &cause) == 0, "prepare: %s",
+		  cause);
 	free(cause);
 	cause = NULL;
 	if (st) {
-		CHECK(sqlite3_step(st) == SQLITE_ROW, "kept statement: first run");
+		CHECK_MSG(sqlite3_step(st) == SQLITE_ROW, "kept statement: first run");
 		sqlite3_reset(st);
-		CHECK(fqsql_rearm(db, &lim) == 0, "rearm with a kept statement");
-		CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1000,
+		CHECK_MSG(fqsql_rearm(db, &lim) == 0, "rearm with a kept statement");
+		CHECK_MSG(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1000,
 		      "kept statement after rearm");
-		CHECK(sqlite3_stmt_status(st, SQLITE_STMTSTATUS_REPREPARE, 0) == 0,
+		CHECK_MSG(sqlite3_stmt_status(st, SQLITE_STMTSTATUS_REPREPARE, 0) == 0,
 		      "kept statement compiled again %d times after rearm",
 		      sqlite3_stmt_status(st, SQLITE_STMTSTATUS_REPREPARE, 0));
 		sqlite3_finalize(st);
 	}
 
 	lim.max_length = 100;
-	CHECK(fqsql_rearm(db, &lim) == 0, "rearm");
-	CHECK(!fqsql_deadline_passed(db), "deadline flag kept after rearm");
+	CHECK_MSG(fqsql_rearm(db, &lim) == 0, "rearm");
+	CHECK_MSG(!fqsql_deadline_passed(db), "deadline flag kept after rearm");
 	CHECK_NEAR(one_double(db, "SELECT count(*) FROM t"), 1000, 0, "count after rearm");
 	rc = run(db, "SELECT length(zeroblob(500))", &first);
-	CHECK(rc == SQLITE_TOOBIG, "new length limit after rearm: rc %d", rc);
-	CHECK(fqsql_prepare(db, "DELETE FROM t", &st, &cause) == -EACCES,
+	CHECK_MSG(rc == SQLITE_TOOBIG, "new length limit after rearm: rc %d", rc);
+	CHECK_MSG(fqsql_prepare(db, "DELETE FROM t", &st, &cause) == -EACCES,
 	      "DELETE after rearm: %s", cause);
 	free(cause);
 	cause = NULL;
-	CHECK(fqsql_prepare(db, "PRAGMA query_only = 0", &st, &cause) == -EACCES,
+	CHECK_MSG(fqsql_prepare(db, "PRAGMA query_only = 0", &st, &cause) == -EACCES,
 	      "PRAGMA query_only = 0 after rearm: %s", cause);
 	free(cause);
 	fqsql_close(db);

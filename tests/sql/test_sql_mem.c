@@ -89,26 +89,26 @@ int main(void)
 	int64_t base;
 	int w = 0;
 
-	CHECK(fqsql_mem_install(32 << 20) == 0, "cannot install the allocator\n");
-	CHECK(sqlite3_initialize() == SQLITE_OK, "sqlite3_initialize\n");
+	CHECK_MSG(fqsql_mem_install(32 << 20) == 0, "cannot install the allocator\n");
+	CHECK_MSG(sqlite3_initialize() == SQLITE_OK, "sqlite3_initialize\n");
 
 	/* over its own budget: NOMEM, and the budget says which limit */
 	run_thread(budgeted, &b);
-	CHECK(b.rc == SQLITE_NOMEM, "4 MiB budget: step gave %d, want SQLITE_NOMEM\n", b.rc);
-	CHECK(b.hit == FQSQL_MEM_QUERY, "hit %d, want FQSQL_MEM_QUERY\n", b.hit);
+	CHECK_MSG(b.rc == SQLITE_NOMEM, "4 MiB budget: step gave %d, want SQLITE_NOMEM\n", b.rc);
+	CHECK_MSG(b.hit == FQSQL_MEM_QUERY, "hit %d, want FQSQL_MEM_QUERY\n", b.hit);
 	sqlite3_close(b.db);
-	CHECK(fqsql_mem_total() == 0, "%lld bytes still charged after close\n",
+	CHECK_MSG(fqsql_mem_total() == 0, "%lld bytes still charged after close\n",
 	      (long long)fqsql_mem_total());
 
 	/* within a larger budget it runs; its connection, closed on this thread, is uncharged */
 	b = (struct budgeted){ .limit = 64 << 20 };
 	run_thread(budgeted, &b);
-	CHECK(b.rc == SQLITE_ROW, "64 MiB budget: step gave %d, want a row (total 32 MiB: %d)\n",
-	      b.rc, b.hit);
+	CHECK_MSG(b.rc == SQLITE_ROW,
+		  "64 MiB budget: step gave %d, want a row (total 32 MiB: %d)\n", b.rc, b.hit);
 	base = fqsql_mem_total();
-	CHECK(base > 0, "an open connection of an ended budget holds nothing\n");
+	CHECK_MSG(base > 0, "an open connection of an ended budget holds nothing\n");
 	sqlite3_close(b.db);
-	CHECK(fqsql_mem_total() == 0, "%lld bytes still charged after another thread closed\n",
+	CHECK_MSG(fqsql_mem_total() == 0, "%lld bytes still charged after another thread closed\n",
 	      (long long)fqsql_mem_total());
 
 	/* the total: a budget of 64 MiB still stops at 32 MiB for all */
@@ -122,12 +122,13 @@ int main(void)
 
 			fqsql_mem_end();
 			run_thread(budgeted, &b);
-			CHECK(b.rc == SQLITE_NOMEM && b.hit == FQSQL_MEM_TOTAL,
+			CHECK_MSG(b.rc == SQLITE_NOMEM && b.hit == FQSQL_MEM_TOTAL,
 			      "with 30 of 32 MiB held: rc %d hit %d, want NOMEM, FQSQL_MEM_TOTAL\n",
 			      b.rc, b.hit);
 			/* a thread without a budget is never refused, total or not */
 			run_thread(writer, &w);
-			CHECK(w == SQLITE_ROW, "unbudgeted thread: step gave %d, want a row\n", w);
+			CHECK_MSG(w == SQLITE_ROW, "unbudgeted thread: step gave %d, want a row\n",
+				  w);
 			sqlite3_free(hold);
 		}
 		sqlite3_close(b.db);
@@ -137,16 +138,17 @@ int main(void)
 	/* past the deadline, allocations fail and the budget says so */
 	b = (struct budgeted){ .limit = 64 << 20, .deadline_ns = now_ns() - 1 };
 	run_thread(budgeted, &b);
-	CHECK(b.rc != SQLITE_ROW && b.hit == FQSQL_MEM_DEADLINE,
+	CHECK_MSG(b.rc != SQLITE_ROW && b.hit == FQSQL_MEM_DEADLINE,
 	      "past the deadline: rc %d hit %d, want FQSQL_MEM_DEADLINE\n", b.rc, b.hit);
 	sqlite3_close(b.db);
 
 	/* stopped (a client gone, a drain): the same, and the budget says why */
 	b = (struct budgeted){ .limit = 64 << 20, .stop = 1 };
 	run_thread(budgeted, &b);
-	CHECK(b.rc != SQLITE_ROW && b.hit == FQSQL_MEM_STOPPED,
+	CHECK_MSG(b.rc != SQLITE_ROW && b.hit == FQSQL_MEM_STOPPED,
 	      "stopped: rc %d hit %d, want FQSQL_MEM_STOPPED\n", b.rc, b.hit);
 	sqlite3_close(b.db);
-	CHECK(fqsql_mem_total() == 0, "%lld bytes left charged\n", (long long)fqsql_mem_total());
+	CHECK_MSG(fqsql_mem_total() == 0, "%lld bytes left charged\n",
+		  (long long)fqsql_mem_total());
 	return check_done("test_sql_mem");
 }

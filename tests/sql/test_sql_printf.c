@@ -83,7 +83,7 @@ static void test_same(sqlite3 *guarded, sqlite3 *plain)
 		int rg, rp;
 		char *g = eval(guarded, same[i], &rg), *p = eval(plain, same[i], &rp);
 
-		CHECK(g && p && !strcmp(g, p), "%s: guarded '%.80s', SQLite '%.80s'", same[i],
+		CHECK_MSG(g && p && !strcmp(g, p), "%s: guarded '%.80s', SQLite '%.80s'", same[i],
 		      g ? g : "(null)", p ? p : "(null)");
 		sqlite3_free(g);
 		sqlite3_free(p);
@@ -106,8 +106,8 @@ static void test_toobig(sqlite3 *guarded)
 		int rc;
 		char *g = eval(guarded, toobig[i], &rc);
 
-		CHECK(rc == SQLITE_TOOBIG, "%s: got '%s', want SQLITE_TOOBIG", toobig[i], g);
-		CHECK(now_ns() - t0 < 50000000, "%s: %lld ms", toobig[i],
+		CHECK_MSG(rc == SQLITE_TOOBIG, "%s: got '%s', want SQLITE_TOOBIG", toobig[i], g);
+		CHECK_MSG(now_ns() - t0 < 50000000, "%s: %lld ms", toobig[i],
 		      (long long)((now_ns() - t0) / 1000000));
 		sqlite3_free(g);
 	}
@@ -119,15 +119,15 @@ static void test_deadline(sqlite3 *guarded)
 	int rc;
 	char *g;
 
-	CHECK(fqsql_mem_begin(64 << 20, now_ns() - 1) == 0, "budget");
+	CHECK_MSG(fqsql_mem_begin(64 << 20, now_ns() - 1) == 0, "budget");
 	g = eval(guarded, "printf('%d', 1)", &rc);
-	CHECK(rc == SQLITE_NOMEM && fqsql_mem_hit() == FQSQL_MEM_DEADLINE,
+	CHECK_MSG(rc == SQLITE_NOMEM && fqsql_mem_hit() == FQSQL_MEM_DEADLINE,
 	      "past the deadline: got '%s', hit %d", g, fqsql_mem_hit());
 	sqlite3_free(g);
 	fqsql_mem_end();
-	CHECK(fqsql_mem_begin(64 << 20, now_ns() + 60000000000) == 0, "budget");
+	CHECK_MSG(fqsql_mem_begin(64 << 20, now_ns() + 60000000000) == 0, "budget");
 	g = eval(guarded, "printf('%d', 1)", &rc);
-	CHECK(rc == SQLITE_OK && !strcmp(g, "3:1"), "within the deadline: got '%s'", g);
+	CHECK_MSG(rc == SQLITE_OK && !strcmp(g, "3:1"), "within the deadline: got '%s'", g);
 	sqlite3_free(g);
 	fqsql_mem_end();
 }
@@ -138,10 +138,10 @@ static void test_budget(sqlite3 *guarded)
 	int rc;
 	char *g;
 
-	CHECK(fqsql_mem_begin(14 << 20, 0) == 0, "budget");
+	CHECK_MSG(fqsql_mem_begin(14 << 20, 0) == 0, "budget");
 	g = eval(guarded, "printf('%.*c', 6000000, 'a'), printf('%.*c', 6000000, 'b'), "
 		 "printf('%.*c', 6000000, 'c'), printf('%.*c', 6000000, 'd')", &rc);
-	CHECK(rc == SQLITE_NOMEM && fqsql_mem_hit() == FQSQL_MEM_QUERY,
+	CHECK_MSG(rc == SQLITE_NOMEM && fqsql_mem_hit() == FQSQL_MEM_QUERY,
 	      "24 MB in a row under a 14 MiB budget: got '%.20s', hit %d", g, fqsql_mem_hit());
 	sqlite3_free(g);
 	fqsql_mem_end();
@@ -166,7 +166,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	sqlite3_limit(plain, SQLITE_LIMIT_LENGTH, lim.max_length);
-	CHECK(fqsql_open_readonly(path, &lim, &guarded, &cause) == 0, "open: %s", cause);
+	CHECK_MSG(fqsql_open_readonly(path, &lim, &guarded, &cause) == 0, "open: %s", cause);
 	free(cause);
 	if (guarded) {
 		test_same(guarded, plain);

@@ -78,13 +78,13 @@ static int arena(const char *dir)
 	long long before, groups = 0;
 	int rc;
 
-	CHECK(sqlite3_config(SQLITE_CONFIG_GETMALLOC, &orig) == SQLITE_OK, "GETMALLOC\n");
+	CHECK_MSG(sqlite3_config(SQLITE_CONFIG_GETMALLOC, &orig) == SQLITE_OK, "GETMALLOC\n");
 	m = orig;
 	m.xMalloc = count_malloc;
 	m.xRealloc = count_realloc;
-	CHECK(sqlite3_config(SQLITE_CONFIG_MALLOC, &m) == SQLITE_OK, "MALLOC\n");
+	CHECK_MSG(sqlite3_config(SQLITE_CONFIG_MALLOC, &m) == SQLITE_OK, "MALLOC\n");
 	snprintf(path, sizeof(path), "%s/tmpvfs-arena.db", dir);
-	CHECK(make_db(path) == SQLITE_OK, "cannot make '%s'\n", path);
+	CHECK_MSG(make_db(path) == SQLITE_OK, "cannot make '%s'\n", path);
 	db = open_ro(path);
 	if (!db)
 		return check_done("test_sql_tmpvfs arena");
@@ -94,13 +94,15 @@ static int arena(const char *dir)
 		groups++;
 		rc = SQLITE_OK;
 	}
-	CHECK(rc == SQLITE_DONE, "GROUP BY: %s\n", sqlite3_errmsg(db));
-	CHECK(groups == 1000, "GROUP BY gave %lld groups, want 1000\n", groups);
+	CHECK_MSG(rc == SQLITE_DONE, "GROUP BY: %s\n", sqlite3_errmsg(db));
+	CHECK_MSG(groups == 1000, "GROUP BY gave %lld groups, want 1000\n", groups);
 	sqlite3_finalize(st);
 	before = __atomic_load_n(&allocs, __ATOMIC_RELAXED) - before;
 	printf("GROUP BY over %d rows: %lld allocations\n", ROWS, before);
-	CHECK(before < ROWS / 10, "%lld allocations for %d rows: the sorter allocates a row at a "
-	      "time (temp_store = MEMORY?)\n", before, ROWS);
+	CHECK_MSG(before < ROWS / 10,
+		  "%lld allocations for %d rows: the sorter allocates a row at a "
+		  "time (temp_store = MEMORY?)\n",
+		  before, ROWS);
 	sqlite3_close(db);
 	unlink(path);
 	return check_done("test_sql_tmpvfs arena");
@@ -183,44 +185,47 @@ static int budget(const char *dir)
 	snprintf(path, sizeof(path), "%s/tmpvfs-tmp", dir);
 	mkdir(path, 0700);
 	/* absolute: /proc/self/fd says where a file is that way */
-	CHECK(realpath(path, tmp), "cannot resolve '%s': %s\n", path, strerror(errno));
+	CHECK_MSG(realpath(path, tmp), "cannot resolve '%s': %s\n", path, strerror(errno));
 	setenv("SQLITE_TMPDIR", tmp, 1);
-	CHECK(fqsql_mem_install(0) == 0, "cannot install the budgets\n");
+	CHECK_MSG(fqsql_mem_install(0) == 0, "cannot install the budgets\n");
 	snprintf(path, sizeof(path), "%s/tmpvfs-budget.db", dir);
-	CHECK(make_db(path) == SQLITE_OK, "cannot make '%s'\n", path);
+	CHECK_MSG(make_db(path) == SQLITE_OK, "cannot make '%s'\n", path);
 	db = open_ro(path);
 	if (!db)
 		return check_done("test_sql_tmpvfs budget");
 
 	/* a sort that spills: every row, in order, no file, its runs charged */
 	r = run(db, SERIES "SELECT randomblob(100) AS b FROM s ORDER BY b", 64 << 20, tmp);
-	CHECK(r.rc == SQLITE_DONE, "spilled sort: rc %d (%s)\n", r.rc, sqlite3_errmsg(db));
-	CHECK(r.rows == SPILL_ROWS && !r.unsorted, "spilled sort: %lld rows, %d out of order\n",
+	CHECK_MSG(r.rc == SQLITE_DONE, "spilled sort: rc %d (%s)\n", r.rc, sqlite3_errmsg(db));
+	CHECK_MSG(r.rows == SPILL_ROWS && !r.unsorted, "spilled sort: %lld rows, %d out of order\n",
 	      r.rows, r.unsorted);
-	CHECK(r.files == 0, "spilled sort: %d files open in SQLITE_TMPDIR\n", r.files);
-	CHECK(r.peak > 10 << 20, "spilled sort: budget peak %lld bytes: its runs were not charged\n",
-	      (long long)r.peak);
+	CHECK_MSG(r.files == 0, "spilled sort: %d files open in SQLITE_TMPDIR\n", r.files);
+	CHECK_MSG(r.peak > 10 << 20,
+		  "spilled sort: budget peak %lld bytes: its runs were not charged\n",
+		  (long long)r.peak);
 	printf("sort of %d x 100 bytes: budget peak %lld bytes\n", SPILL_ROWS, (long long)r.peak);
 
 	/* a transient table that spills (the pager's temporary database): the same */
 	r = run(db, SERIES "SELECT count(DISTINCT randomblob(100)) FROM s", 64 << 20, tmp);
-	CHECK(r.rc == SQLITE_DONE && r.rows == 1, "DISTINCT: rc %d rows %lld (%s)\n", r.rc, r.rows,
-	      sqlite3_errmsg(db));
-	CHECK(r.peak > 10 << 20, "DISTINCT: budget peak %lld bytes: its pages were not charged\n",
-	      (long long)r.peak);
+	CHECK_MSG(r.rc == SQLITE_DONE && r.rows == 1, "DISTINCT: rc %d rows %lld (%s)\n", r.rc,
+		  r.rows, sqlite3_errmsg(db));
+	CHECK_MSG(r.peak > 10 << 20,
+		  "DISTINCT: budget peak %lld bytes: its pages were not charged\n",
+		  (long long)r.peak);
 
 	/* past the budget: the statement fails and the budget is what refused */
 	r = run(db, SERIES "SELECT randomblob(100) AS b FROM s ORDER BY b", 6 << 20, tmp);
-	CHECK(r.rc != SQLITE_DONE && r.hit == FQSQL_MEM_QUERY,
+	CHECK_MSG(r.rc != SQLITE_DONE && r.hit == FQSQL_MEM_QUERY,
 	      "sort over a 6 MiB budget: rc %d rows %lld hit %d, want a failure of the budget\n",
 	      r.rc, r.rows, r.hit);
 	r = run(db, SERIES "SELECT count(DISTINCT randomblob(100)) FROM s", 6 << 20, tmp);
-	CHECK(r.rc != SQLITE_DONE && r.hit == FQSQL_MEM_QUERY,
+	CHECK_MSG(r.rc != SQLITE_DONE && r.hit == FQSQL_MEM_QUERY,
 	      "DISTINCT over a 6 MiB budget: rc %d hit %d, want a failure of the budget\n", r.rc,
 	      r.hit);
 
 	sqlite3_close(db);
-	CHECK(fqsql_mem_total() == 0, "%lld bytes left charged\n", (long long)fqsql_mem_total());
+	CHECK_MSG(fqsql_mem_total() == 0, "%lld bytes left charged\n",
+		  (long long)fqsql_mem_total());
 	unlink(path);
 	rmdir(tmp);
 	return check_done("test_sql_tmpvfs budget");

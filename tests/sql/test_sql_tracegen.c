@@ -30,7 +30,7 @@ static sqlite3 *open_trace(const char *name)
 	sqlite3 *db = NULL;
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	CHECK(fqsql_open_readonly(path, NULL, &db, &cause) == 0, "open %s: %s", path, cause);
+	CHECK_MSG(fqsql_open_readonly(path, NULL, &db, &cause) == 0, "open %s: %s", path, cause);
 	free(cause);
 	return db;
 }
@@ -46,7 +46,7 @@ static int64_t q(sqlite3 *db, const char *sql)
 		return v;
 	if (fqsql_prepare(db, sql, &st, &cause) == 0 && sqlite3_step(st) == SQLITE_ROW)
 		v = sqlite3_column_int64(st, 0);
-	CHECK(v != INT64_MIN, "%s: %s", sql, cause ? cause : sqlite3_errmsg(db));
+	CHECK_MSG(v != INT64_MIN, "%s: %s", sql, cause ? cause : sqlite3_errmsg(db));
 	sqlite3_finalize(st);
 	free(cause);
 	return v;
@@ -69,7 +69,7 @@ static const char *qtext(sqlite3 *db, const char *sql, char *buf, size_t n)
 #define EQ(db, sql, want)                                                                  \
 	do {                                                                               \
 		int64_t got_ = q(db, sql);                                                 \
-		CHECK(got_ == (want), "%s: got %lld, want %lld", sql, (long long)got_,     \
+		CHECK_MSG(got_ == (want), "%s: got %lld, want %lld", sql, (long long)got_,     \
 		      (long long)(want));                                                  \
 	} while (0)
 
@@ -88,7 +88,7 @@ static void test_single_node(void)
 	char buf[128];
 	sqlite3 *db;
 
-	CHECK(tracegen("one.db", "--node n1 --ranks 4 --steps 200 --slow-rank 2 --slow-pct 20 "
+	CHECK_MSG(tracegen("one.db", "--node n1 --ranks 4 --steps 200 --slow-rank 2 --slow-pct 20 "
 		       "--seed 7 --step-ns 50000000") == 0, "fq-tracegen failed");
 	db = open_trace("one.db");
 	EQ(db, "SELECT count(*) FROM collectives", 4 * 200);
@@ -107,9 +107,9 @@ static void test_single_node(void)
 	       "HAVING count(DISTINCT rank) = 4)", 200);
 	EQ(db, "SELECT min(world_size) + max(world_size) FROM processes", 8);
 	EQ(db, "SELECT value FROM meta WHERE key = 'schema_version'", FQSQL_SCHEMA_VERSION);
-	CHECK(!strcmp(qtext(db, "SELECT value FROM meta WHERE key = 'node'", buf, sizeof(buf)),
+	CHECK_MSG(!strcmp(qtext(db, "SELECT value FROM meta WHERE key = 'node'", buf, sizeof(buf)),
 		      "n1"), "meta node '%s'", buf);
-	CHECK(!strcmp(qtext(db, "SELECT value FROM meta WHERE key = 'clock_source'", buf,
+	CHECK_MSG(!strcmp(qtext(db, "SELECT value FROM meta WHERE key = 'clock_source'", buf,
 			    sizeof(buf)), "generated"), "meta clock_source '%s'", buf);
 	/* enqueue only: ~25 us, no signal in the collective's own duration */
 	EQ(db, "SELECT count(*) FROM collectives WHERE dur_ns NOT BETWEEN 20000 AND 30000", 0);
@@ -134,14 +134,14 @@ static void test_single_node(void)
 	fqsql_close(db);
 
 	/* a clean run has no rank that is always last */
-	CHECK(tracegen("clean.db", "--node n1 --ranks 4 --steps 200 --seed 7") == 0,
+	CHECK_MSG(tracegen("clean.db", "--node n1 --ranks 4 --steps 200 --seed 7") == 0,
 	      "fq-tracegen failed");
 	db = open_trace("clean.db");
 	for (int r = 0; r < 4; r++) {
 		char sql[256];
 
 		snprintf(sql, sizeof(sql), LATEST_RANK_COUNT "%d", r);
-		CHECK(q(db, sql) < 120, "clean run: rank %d last on most steps", r);
+		CHECK_MSG(q(db, sql) < 120, "clean run: rank %d last on most steps", r);
 	}
 	fqsql_close(db);
 }
@@ -157,11 +157,11 @@ static void test_multi_node(void)
 	int rc;
 
 	snprintf(args, sizeof(args), "--node a --ranks 2 --rank-base 0 %s", job);
-	CHECK(tracegen("node-a.db", args) == 0, "fq-tracegen node a failed");
+	CHECK_MSG(tracegen("node-a.db", args) == 0, "fq-tracegen node a failed");
 	snprintf(args, sizeof(args), "--node b --ranks 2 --rank-base 2 %s --wal", job);
-	CHECK(tracegen("node-b.db", args) == 0, "fq-tracegen node b failed");
+	CHECK_MSG(tracegen("node-b.db", args) == 0, "fq-tracegen node b failed");
 	snprintf(args, sizeof(args), "--node all --ranks 4 %s", job);
-	CHECK(tracegen("node-all.db", args) == 0, "fq-tracegen all failed");
+	CHECK_MSG(tracegen("node-all.db", args) == 0, "fq-tracegen all failed");
 
 	/* node b was left in WAL mode: the guard reads it too */
 	db = open_trace("node-b.db");
@@ -175,7 +175,7 @@ static void test_multi_node(void)
 		 "ATTACH '%s/node-all.db' AS x; CREATE TABLE c AS SELECT * FROM a.collectives "
 		 "UNION ALL SELECT * FROM b.collectives;", dir, dir, dir);
 	rc = sqlite3_exec(db, path, NULL, NULL, &err);
-	CHECK(rc == SQLITE_OK, "merge: %s", err);
+	CHECK_MSG(rc == SQLITE_OK, "merge: %s", err);
 	sqlite3_free(err);
 	sqlite3_close(db);
 	if (rc != SQLITE_OK)
@@ -212,7 +212,7 @@ static void test_hang(void)
 {
 	sqlite3 *db;
 
-	CHECK(tracegen("hang.db", "--node h --ranks 4 --steps 50 --hang-rank 1 --hang-at 30 "
+	CHECK_MSG(tracegen("hang.db", "--node h --ranks 4 --steps 50 --hang-rank 1 --hang-at 30 "
 		       "--launches 3") == 0, "fq-tracegen failed");
 	db = open_trace("hang.db");
 	EQ(db, "SELECT count(*) FROM collectives WHERE rank = 1", 30);
@@ -243,36 +243,37 @@ static void test_end(void)
 	char args[256];
 	sqlite3 *db;
 
-	CHECK(tracegen("now.db", "--node n --ranks 2 --steps 100 --slow-rank 1 --slow-pct 20") ==
-		      0,
-	      "fq-tracegen failed");
+	CHECK_MSG(tracegen("now.db",
+			   "--node n --ranks 2 --steps 100 --slow-rank 1 --slow-pct 20") == 0,
+		  "fq-tracegen failed");
 	db = open_trace("now.db");
 	end = q(db, "SELECT max(ts_ns + dur_ns) / 1000000000 FROM cuda_calls");
-	CHECK(end >= now - 2 && end <= now + 2, "default end %lld, now %lld", (long long)end,
+	CHECK_MSG(end >= now - 2 && end <= now + 2, "default end %lld, now %lld", (long long)end,
 	      (long long)now);
 	fqsql_close(db);
 	snprintf(args, sizeof(args), "--node n --ranks 2 --steps 100 --end %lld",
 		 (long long)now - 3600);
-	CHECK(tracegen("end.db", args) == 0, "fq-tracegen --end failed");
+	CHECK_MSG(tracegen("end.db", args) == 0, "fq-tracegen --end failed");
 	db = open_trace("end.db");
 	end = q(db, "SELECT max(ts_ns + dur_ns) / 1000000000 FROM cuda_calls");
-	CHECK(end >= now - 3602 && end <= now - 3598, "--end: end %lld", (long long)end);
+	CHECK_MSG(end >= now - 3602 && end <= now - 3598, "--end: end %lld", (long long)end);
 	fqsql_close(db);
-	CHECK(tracegen("bad.db", "--node x --ranks 2 --steps 5 --end 1 --start-ns 1 2>/dev/null") ==
-		      2,
-	      "--end with --start-ns");
+	CHECK_MSG(tracegen("bad.db",
+			   "--node x --ranks 2 --steps 5 --end 1 --start-ns 1 2>/dev/null") == 2,
+		  "--end with --start-ns");
 }
 
 static void test_bad_args(void)
 {
-	CHECK(tracegen("bad.db", "--node x --ranks 0 --steps 1 2>/dev/null") == 2, "--ranks 0");
-	CHECK(tracegen("bad.db", "--node x --ranks 2 --rank-base 3 --nranks 4 --steps 1 "
+	CHECK_MSG(tracegen("bad.db", "--node x --ranks 0 --steps 1 2>/dev/null") == 2, "--ranks 0");
+	CHECK_MSG(tracegen("bad.db", "--node x --ranks 2 --rank-base 3 --nranks 4 --steps 1 "
 		       "2>/dev/null") == 2, "ranks past nranks");
-	CHECK(tracegen("bad.db", "--node x --ranks 2 --steps 5 --hang-rank 1 --hang-at 5 "
+	CHECK_MSG(tracegen("bad.db", "--node x --ranks 2 --steps 5 --hang-rank 1 --hang-at 5 "
 		       "2>/dev/null") == 2, "hang-at past steps");
-	CHECK(tracegen("bad.db", "--node x --ranks 2 --steps 5 --comm-hash xyz 2>/dev/null") == 2,
-	      "bad comm hash");
-	CHECK(tracegen("bad.db", "--ranks 2 --steps 5 2>/dev/null") == 2, "no --node");
+	CHECK_MSG(tracegen("bad.db", "--node x --ranks 2 --steps 5 --comm-hash xyz 2>/dev/null") ==
+			  2,
+		  "bad comm hash");
+	CHECK_MSG(tracegen("bad.db", "--ranks 2 --steps 5 2>/dev/null") == 2, "no --node");
 }
 
 int main(int argc, char **argv)

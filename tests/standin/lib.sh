@@ -1,18 +1,17 @@
 # SPDX-License-Identifier: MIT
-# Shared by the standin tests: a scratch dir removed on exit, and one-line failures.
+# Shared by the standin tests: tests/lib.sh's scratch folder and one-line failures, with
+# the workload's stderr; and readers of fq-workload's report.
+. "$(dirname "$0")/../lib.sh"
 set -eu
 : "${FQ_WORKLOAD:?set by ctest: path to fq-workload}"
 : "${STANDIN_DIR:?set by ctest: folder holding the stand-in libraries}"
-T=$(mktemp -d "${TMPDIR:-/tmp}/fq-standin.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+scratch fq-standin
 
-fail() {
-	echo "FAIL: $*" >&2
+fail_logs() {
 	if [ -s "$T/err" ]; then
 		echo "--- workload stderr:" >&2
 		tail -n 30 "$T/err" >&2
 	fi
-	exit 1
 }
 
 # ops_per_rank FILE OP: "rank count" lines, one per rank that called OP

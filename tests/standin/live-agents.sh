@@ -7,7 +7,6 @@
 #   With FAKENVML (tests/nvml's fake libnvidia-ml.so.1) set, each agent samples its fake GPUs
 #   every 100 ms, as $T/nvml.node<k>.conf says (a test writes these first).
 #   LIVE_PROBES: probe sets to add (e.g. tcp).
-skip() { echo "SKIP: $*" >&2; exit 77; }
 
 cleanup_cg() {
 	cleanup
@@ -47,13 +46,9 @@ live_agents() {
 	done
 	HOSTS=
 	for k in 0 1 2 3; do
-		i=0
-		while [ ! -s "$T/node$k.port" ]; do
-			kill -0 "${APID[$k]}" 2>/dev/null || fail "agentd node$k exited at start"
-			i=$((i + 1))
-			[ $i -lt 600 ] || fail "agentd node$k wrote no port file"
-			sleep 0.05
-		done
+		# not await_port: PORT is an array here
+		await "agentd node$k wrote no port file" 600 0.05 "${APID[$k]}" \
+			test -s "$T/node$k.port"
 		PORT[$k]=$(cat "$T/node$k.port")
 		HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:${PORT[$k]}"
 	done

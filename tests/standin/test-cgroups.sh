@@ -4,9 +4,9 @@
 . "$(dirname "$0")/lib.sh"
 
 V2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
-[ -n "$V2" ] || { echo "skip: no cgroup2 mount"; exit 77; }
+[ -n "$V2" ] || skip "no cgroup2 mount"
 CG=fq-standin-test-$$
-mkdir "$V2/$CG.probe" 2>/dev/null || { echo "skip: cannot create cgroups under $V2"; exit 77; }
+mkdir "$V2/$CG.probe" 2>/dev/null || skip "cannot create cgroups under $V2"
 rmdir "$V2/$CG.probe"
 
 # rank 3 hangs at seq 2, so every rank stays alive until this test stops the job

@@ -4,7 +4,7 @@
 # moving no data, never gives), with an uneven split of the buffer, on both device models; a
 # wrong address list fails at init with one line.
 . "$(dirname "$0")/lib.sh"
-command -v python3 >/dev/null || { echo "SKIP: python3 is needed for free ports" >&2; exit 77; }
+command -v python3 >/dev/null || skip "python3 is needed for free ports"
 N=4
 ADDRS=$(python3 -c '
 import socket

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "standin.h"
 
 typedef struct {
@@ -46,16 +47,6 @@ int cudaMemcpy(void *d, const void *s, size_t n, int kind);
 const char *cudaGetErrorString(int e);
 
 #define N 4
-#define CHECK(cond)                                                                   \
-	do {                                                                          \
-		if (!(cond)) {                                                        \
-			fprintf(stderr, "test_api: %s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                                     \
-			failures++;                                                   \
-		}                                                                     \
-	} while (0)
-
-static _Atomic int failures;
 static ncclUniqueId uid;
 
 static void *rank_main(void *arg)
@@ -128,7 +119,5 @@ int main(void)
 	CHECK(!memcmp(host, back, sizeof(host)));
 	CHECK(!cudaFree(d));
 	CHECK(!strcmp(cudaGetErrorString(702), "the launch timed out and was terminated"));
-	if (failures)
-		fprintf(stderr, "test_api: %d checks failed\n", failures);
-	return failures ? 1 : 0;
+	return check_done("test_api");
 }

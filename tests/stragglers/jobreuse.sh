@@ -11,7 +11,7 @@
 #   no job:  101's pids again, no job_id, rank 2 slow: never matches any --job
 . "$(dirname "$0")/../e2e/lib.sh"
 
-command -v sqlite3 >/dev/null || { echo "SKIP: no sqlite3"; exit 77; }
+command -v sqlite3 >/dev/null || skip "no sqlite3"
 [ -x "${AN_RUN:-}" ] || fail "AN_RUN is not set to an-run"
 certs ca 127.0.0.1
 NOW_S=$(date +%s)

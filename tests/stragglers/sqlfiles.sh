@@ -3,11 +3,10 @@
 # Where the analysis SQL comes from: $FLEETQ_SQL_DIR, else the files installed or next to a
 # build tree, else the copies built into the binary (a binary copied alone still works);
 # --show-sql prints both files with their parameters; broken files fail before any fan-out.
+. "$(dirname "$0")/../lib.sh"
 set -u
 export FLEETQ_CONFIG=/dev/null
-T=$(mktemp -d "${TMPDIR:-/tmp}/fq-sqlfiles.XXXXXX")
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+scratch fq-sqlfiles
 SRC=$FLEETQ_SQL_DIR
 
 # 1. --show-sql: both files, the parameter values, exit 0, no hosts needed

@@ -1,9 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Shared by the tracer tests: $1 = fq-trace-test, $2 = the stand-in folder.
+. "$(dirname "$0")/../lib.sh"
 DRIVER=$1
 STANDIN=$2
-fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIP: $*" >&2; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root to load BPF programs"
 [ -r /sys/kernel/btf/vmlinux ] || skip "no kernel BTF at /sys/kernel/btf/vmlinux"
 command -v sqlite3 >/dev/null || fail "sqlite3 (the CLI) is needed to check the trace file"

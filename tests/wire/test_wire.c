@@ -4,6 +4,7 @@
  * batching, stream framing, hostile frames, and interoperability with
  * msgpack-c in both directions (so "plain msgpack" is checked, not assumed).
  */
+#define CHECK_SHARED_HERE
 #include "test_wire.h"
 
 #include <errno.h>
@@ -14,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int failures;
-int checks;
 
 uint64_t dbits(double d)
 {
@@ -279,6 +278,5 @@ int main(void)
 	test_shapes();
 	test_interop_out();
 	test_interop_in();
-	printf("%d checks, %d failed\n", checks, failures);
-	return failures ? 1 : 0;
+	return check_done("test_wire");
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the sources of test_wire share: the checks that count failures, and the helpers that
+ * What the sources of test_wire share: tests/check.h's checks, counted across them, and the helpers that
  * build and decode frames by hand. test_wire.c holds them and main(); the frame round trips
  * are in test_wire_frames.c, framing and hostile frames in test_wire_hostile.c.
  */
@@ -15,30 +15,9 @@
 #include <stdio.h>
 #include <string.h>
 
-extern int failures;
-extern int checks;
-
-#define CHECK(c)                                                                   \
-	do {                                                                       \
-		checks++;                                                          \
-		if (!(c)) {                                                        \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-			failures++;                                                \
-		}                                                                  \
-	} while (0)
-
-#define CHECK_EQ(a, b)                                                             \
-	do {                                                                       \
-		long long a_ = (long long)(a), b_ = (long long)(b);                \
-		checks++;                                                          \
-		if (a_ != b_) {                                                    \
-			fprintf(stderr, "%s:%d: %s == %lld, expected %s == %lld\n", __FILE__, \
-				__LINE__, #a, a_, #b, b_);                         \
-			failures++;                                                \
-		}                                                                  \
-	} while (0)
-
-#define CHECK_STR(a, b) CHECK((a) && (b) && strcmp((a), (b)) == 0)
+/* the checks of tests/check.h, counted across test_wire's sources */
+#define CHECK_SHARED
+#include "check.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1

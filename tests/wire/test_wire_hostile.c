@@ -179,9 +179,9 @@ void test_hostile_counts(void)
 
 		if (setrlimit(RLIMIT_AS, &rl))
 			_exit(3);
-		failures = 0;
+		check_failures = 0;
 		hostile_counts();
-		_exit(failures ? 1 : 0);
+		_exit(check_failures ? 1 : 0);
 	}
 	CHECK(pid > 0);
 	CHECK(waitpid(pid, &status, 0) == pid);

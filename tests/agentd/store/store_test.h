@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Small helpers shared by the store and IB poller tests. */
+/* Small helpers shared by the store and IB poller tests; their checks are tests/check.h's. */
 #ifndef FLEETQ_TEST_STORE_H
 #define FLEETQ_TEST_STORE_H
 
@@ -9,36 +9,7 @@
 #include <string.h>
 #include <sqlite3.h>
 
-static int test_failures;
-
-#define CHECK(cond)                                                                       \
-	do {                                                                              \
-		if (!(cond)) {                                                            \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__,  \
-				#cond);                                                   \
-			test_failures++;                                                  \
-		}                                                                         \
-	} while (0)
-
-#define CHECK_I64(a, b)                                                                   \
-	do {                                                                              \
-		int64_t a_ = (a), b_ = (b);                                               \
-		if (a_ != b_) {                                                           \
-			fprintf(stderr, "%s:%d: %s == %lld, want %s == %lld\n", __FILE__, \
-				__LINE__, #a, (long long)a_, #b, (long long)b_);          \
-			test_failures++;                                                  \
-		}                                                                         \
-	} while (0)
-
-#define CHECK_STR(a, b)                                                                   \
-	do {                                                                              \
-		const char *a_ = (a), *b_ = (b);                                          \
-		if ((!a_ != !b_) || (a_ && strcmp(a_, b_))) {                             \
-			fprintf(stderr, "%s:%d: %s == '%s', want '%s'\n", __FILE__,       \
-				__LINE__, #a, a_ ? a_ : "(null)", b_ ? b_ : "(null)");    \
-			test_failures++;                                                  \
-		}                                                                         \
-	} while (0)
+#include "../../check.h"
 
 #define DIE(...)                                                                          \
 	do {                                                                              \

@@ -57,10 +57,10 @@ static const void *find(const struct got *g, const char *dev, int64_t port, cons
 		if (!find(g, dev, port, ctr, &v_, &d_)) {                                 \
 			fprintf(stderr, "%s:%d: no row for %s/%d/%s\n", __FILE__,         \
 				__LINE__, dev, port, ctr);                                \
-			test_failures++;                                                  \
+			check_failures++;                                                  \
 		} else {                                                                  \
-			CHECK_I64(v_, v);                                                 \
-			CHECK_I64(d_, d);                                                 \
+			CHECK_EQ(v_, v);                                                 \
+			CHECK_EQ(d_, d);                                                 \
 		}                                                                         \
 	} while (0)
 
@@ -134,8 +134,8 @@ static void test_fake_tree(void)
 
 	/* first poll: everything, delta NULL */
 	memset(&g, 0, sizeof(g));
-	CHECK_I64(ib_poller_poll(p, 111, collect, &g), 11);
-	CHECK_I64(g.n, 11);
+	CHECK_EQ(ib_poller_poll(p, 111, collect, &g), 11);
+	CHECK_EQ(g.n, 11);
 	CHECK_ROW(&g, "mlx5_0", 1, "port_rcv_errors", 5, REC_NULL);
 	CHECK_ROW(&g, "mlx5_0", 1, "symbol_error", 0, REC_NULL);
 	CHECK_ROW(&g, "mlx5_0", 1, "link_downed", 0, REC_NULL);
@@ -147,7 +147,7 @@ static void test_fake_tree(void)
 	CHECK_ROW(&g, "mlx5_1", 1, "symbol_error", 100, REC_NULL);
 	CHECK_ROW(&g, "mlx5_1", 2, "port_rcv_errors", 7, REC_NULL);
 	CHECK_ROW(&g, "mlx5_1", 2, "packet_seq_err", 1, REC_NULL);
-	CHECK_I64(g.r[0].ts_ns, 111);
+	CHECK_EQ(g.r[0].ts_ns, 111);
 
 	/* second poll: only what changed, with exact deltas; a reset gives delta = value */
 	set(root, "mlx5_0", 1, "counters", "port_rcv_errors", 8);
@@ -155,35 +155,35 @@ static void test_fake_tree(void)
 	set(root, "mlx5_1", 1, "counters", "symbol_error", 3);
 	set(root, "mlx5_1", 2, "hw_counters", "packet_seq_err", 1001);
 	memset(&g, 0, sizeof(g));
-	CHECK_I64(ib_poller_poll(p, 222, collect, &g), 4);
-	CHECK_I64(g.n, 4);
+	CHECK_EQ(ib_poller_poll(p, 222, collect, &g), 4);
+	CHECK_EQ(g.n, 4);
 	CHECK_ROW(&g, "mlx5_0", 1, "port_rcv_errors", 8, 3);
 	CHECK_ROW(&g, "mlx5_0", 1, "local_ack_timeout_err", 11, 1);
 	CHECK_ROW(&g, "mlx5_1", 1, "symbol_error", 3, 3);
 	CHECK_ROW(&g, "mlx5_1", 2, "packet_seq_err", 1001, 1000);
 	ib_poller_get_stats(p, &st);
-	CHECK_I64(st.resets, 1);
-	CHECK_I64(st.counters, 11);
+	CHECK_EQ(st.resets, 1);
+	CHECK_EQ(st.counters, 11);
 	CHECK(st.unreadable >= 2);
 
 	/* a new counter appears: its first row has delta NULL */
 	set(root, "mlx5_1", 2, "hw_counters", "rnr_nak_retry_err", 4);
 	set(root, "mlx5_1", 1, "counters", "symbol_error", 5);
 	memset(&g, 0, sizeof(g));
-	CHECK_I64(ib_poller_poll(p, 333, collect, &g), 2);
+	CHECK_EQ(ib_poller_poll(p, 333, collect, &g), 2);
 	CHECK_ROW(&g, "mlx5_1", 2, "rnr_nak_retry_err", 4, REC_NULL);
 	CHECK_ROW(&g, "mlx5_1", 1, "symbol_error", 5, 2);
 
 	/* nothing changed: nothing emitted */
 	memset(&g, 0, sizeof(g));
-	CHECK_I64(ib_poller_poll(p, 444, collect, &g), 0);
-	CHECK_I64(g.n, 0);
+	CHECK_EQ(ib_poller_poll(p, 444, collect, &g), 0);
+	CHECK_EQ(g.n, 0);
 
 	/* every IB_FULL_EVERY polls, a full snapshot (delta 0 when unchanged) */
 	for (int i = 4; i < IB_FULL_EVERY - 1; i++)
-		CHECK_I64(ib_poller_poll(p, 500, collect, &g), 0);
+		CHECK_EQ(ib_poller_poll(p, 500, collect, &g), 0);
 	memset(&g, 0, sizeof(g));
-	CHECK_I64(ib_poller_poll(p, 555, collect, &g), 12);
+	CHECK_EQ(ib_poller_poll(p, 555, collect, &g), 12);
 	CHECK_ROW(&g, "mlx5_0", 1, "port_rcv_errors", 8, 0);
 
 	ib_poller_free(p);
@@ -201,9 +201,9 @@ static void test_absent(void)
 	p = ib_poller_new(root, &cause);
 	CHECK(p != NULL);
 	if (p) {
-		CHECK_I64(ib_poller_poll(p, 1, collect, &g), 0);
-		CHECK_I64(ib_poller_poll(p, 2, collect, &g), 0);
-		CHECK_I64(g.n, 0);
+		CHECK_EQ(ib_poller_poll(p, 1, collect, &g), 0);
+		CHECK_EQ(ib_poller_poll(p, 2, collect, &g), 0);
+		CHECK_EQ(g.n, 0);
 		ib_poller_free(p);
 	}
 	test_rmrf(root);
@@ -221,8 +221,8 @@ int main(void)
 {
 	test_fake_tree();
 	test_absent();
-	if (test_failures) {
-		fprintf(stderr, "test_ib: %d failure(s)\n", test_failures);
+	if (check_failures) {
+		fprintf(stderr, "test_ib: %d failure(s)\n", check_failures);
 		return 1;
 	}
 	printf("test_ib: ok\n");

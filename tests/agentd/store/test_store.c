@@ -37,13 +37,13 @@ static void check_row(sqlite3 *db, const char *sql, const struct want *w, int n,
 	rc = sqlite3_step(st);
 	if (rc != SQLITE_ROW) {
 		fprintf(stderr, "line %d: no row for '%s'\n", line, sql);
-		test_failures++;
+		check_failures++;
 		goto out;
 	}
 	if (sqlite3_column_count(st) != n) {
 		fprintf(stderr, "line %d: %d columns, want %d\n", line, sqlite3_column_count(st),
 			n);
-		test_failures++;
+		check_failures++;
 		goto out;
 	}
 	for (int i = 0; i < n; i++) {
@@ -53,21 +53,21 @@ static void check_row(sqlite3 *db, const char *sql, const struct want *w, int n,
 		if (type != w[i].type) {
 			fprintf(stderr, "line %d: column %s has type %d, want %d\n", line, name,
 				type, w[i].type);
-			test_failures++;
+			check_failures++;
 		} else if (type == SQLITE_INTEGER && sqlite3_column_int64(st, i) != w[i].i) {
 			fprintf(stderr, "line %d: column %s is %lld, want %lld\n", line, name,
 				(long long)sqlite3_column_int64(st, i), (long long)w[i].i);
-			test_failures++;
+			check_failures++;
 		} else if (type == SQLITE_TEXT &&
 			   strcmp((const char *)sqlite3_column_text(st, i), w[i].t)) {
 			fprintf(stderr, "line %d: column %s is '%s', want '%s'\n", line, name,
 				sqlite3_column_text(st, i), w[i].t);
-			test_failures++;
+			check_failures++;
 		}
 	}
 	if (sqlite3_step(st) != SQLITE_DONE) {
 		fprintf(stderr, "line %d: more than one row for '%s'\n", line, sql);
-		test_failures++;
+		check_failures++;
 	}
 out:
 	sqlite3_finalize(st);
@@ -148,7 +148,7 @@ static void test_roundtrip(const char *dir)
 					    .comm = "python3", .cmdline = longcmd, .cgroup = NULL,
 					    .cgroup_id = 0, .rank = 3, .local_rank = REC_NULL,
 					    .world_size = 16, .job_id = "" };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_COMM;
@@ -156,7 +156,7 @@ static void test_roundtrip(const char *dir)
 				      .comm_ptr = -1, .comm_hash = "fedcba9876543210",
 				      .rank = 0, .nranks = 2, .fn = "ncclCommInitRankConfig",
 				      .ret = -7 };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 
 	r = collective(INT64_MAX, 0);
 	r.u.collective.comm_hash[0] = '\0'; /* no hash: NULL */
@@ -165,20 +165,20 @@ static void test_roundtrip(const char *dir)
 	r.u.collective.busy_ns = REC_NULL;
 	r.u.collective.sync_ns = 7654321;
 	r.u.collective.gap_ns = REC_NULL;
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_CUDA;
 	r.u.cuda = (struct rec_cuda){ .ts_ns = 7, .dur_ns = 0, .pid = 8, .tid = 9,
 				      .api = "cudaStreamSynchronize", .kind = "sync",
 				      .bytes = REC_NULL, .stream = INT64_MIN + 1, .ret = 0 };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_OFFCPU;
 	r.u.offcpu = (struct rec_offcpu){ .ts_ns = 10, .dur_ns = 11, .pid = 12, .tid = 13,
 					  .reason = "blocked" };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_TCP;
@@ -186,19 +186,19 @@ static void test_roundtrip(const char *dir)
 				    .saddr = "fe80:0000:0000:0000:0202:b3ff:fe1e:8329",
 				    .sport = 65535, .daddr = "10.0.0.2", .dport = 29500,
 				    .state = "ESTABLISHED" };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_IB;
 	r.u.ib = (struct rec_ib){ .ts_ns = 15, .device = "mlx5_0", .port = 1,
 				  .counter = "port_rcv_errors", .value = 9, .delta = REC_NULL };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 
 	memset(&r, 0, sizeof(r));
 	r.kind = 99;
-	CHECK_I64(store_put(s, &r), -EINVAL);
+	CHECK_EQ(store_put(s, &r), -EINVAL);
 
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_flush(s), 0);
 
 	/* read back from another connection while the store is still open */
 	db = test_reader(path);
@@ -229,13 +229,13 @@ static void test_roundtrip(const char *dir)
 	CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'store_rows'", W_I(7));
 	CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'store_drops'", W_I(0));
 	CHECK(test_i64(db, "SELECT value FROM meta WHERE key = 'agent_start_ns'") > 0);
-	CHECK_I64(test_i64(db, "PRAGMA auto_vacuum"), 2);
+	CHECK_EQ(test_i64(db, "PRAGMA auto_vacuum"), 2);
 	sqlite3_close(db);
 
-	CHECK_I64(store_set_meta_text(s, "tracer_probes", "nccl,cuda"), 0);
-	CHECK_I64(store_set_meta_int(s, "ring_drops", 12), 0);
-	CHECK_I64(store_set_meta_int(s, "ring_drops", 13), 0); /* the last value wins */
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_set_meta_text(s, "tracer_probes", "nccl,cuda"), 0);
+	CHECK_EQ(store_set_meta_int(s, "ring_drops", 12), 0);
+	CHECK_EQ(store_set_meta_int(s, "ring_drops", 13), 0); /* the last value wins */
+	CHECK_EQ(store_flush(s), 0);
 	db = test_reader(path);
 	CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'tracer_probes'", W_T("nccl,cuda"));
 	CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'ring_drops'", W_I(13));
@@ -246,11 +246,11 @@ static void test_roundtrip(const char *dir)
 		struct store_stats st;
 
 		store_get_stats(s, &st);
-		CHECK_I64(st.queued, 7);
-		CHECK_I64(st.rows, 7);
-		CHECK_I64(st.drops, 0);
-		CHECK_I64(st.write_errors, 0);
-		CHECK_I64(st.lag_ns, 0);
+		CHECK_EQ(st.queued, 7);
+		CHECK_EQ(st.rows, 7);
+		CHECK_EQ(st.drops, 0);
+		CHECK_EQ(st.write_errors, 0);
+		CHECK_EQ(st.lag_ns, 0);
 	}
 	store_close(s);
 
@@ -258,7 +258,7 @@ static void test_roundtrip(const char *dir)
 	s = open_store(path, &o);
 	store_close(s);
 	db = test_reader(path);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM collectives"), 1);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM collectives"), 1);
 	sqlite3_close(db);
 }
 
@@ -278,14 +278,14 @@ static void test_groups(const char *dir)
 	r.kind = REC_GROUP;
 	r.u.group = (struct rec_group){ .ts_ns = now, .dur_ns = 90000, .end_dur_ns = 70000,
 					.pid = 41, .tid = 42, .ncalls = 4, .ret = 7 };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	r.u.group.ts_ns = now - 2 * hour;
-	CHECK_I64(store_put(s, &r), 0);
-	CHECK_I64(store_flush(s), 0);
-	CHECK_I64(store_retain_now(s), 0);
+	CHECK_EQ(store_put(s, &r), 0);
+	CHECK_EQ(store_flush(s), 0);
+	CHECK_EQ(store_retain_now(s), 0);
 	store_close(s);
 	db = test_reader(path);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM nccl_groups"), 1); /* the old one retained */
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM nccl_groups"), 1); /* the old one retained */
 	CHECK_ROW(db, "SELECT * FROM nccl_groups", W_I(now), W_I(90000), W_I(70000), W_I(41),
 		  W_I(42), W_I(4), W_I(7));
 	sqlite3_close(db);
@@ -309,12 +309,12 @@ static void test_updates(const char *dir)
 					    .cmdline = "torchrun train.py", .cgroup = "/job",
 					    .cgroup_id = 77, .rank = 0, .local_rank = 0,
 					    .world_size = 2, .job_id = "1234" };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	/* another process with the same pid, earlier incarnation: must stay apart */
 	r.u.process.start_ns = 500;
 	r.u.process.comm = "old";
-	CHECK_I64(store_put(s, &r), 0);
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_put(s, &r), 0);
+	CHECK_EQ(store_flush(s), 0);
 
 	/* the exit record carries only the key and the exit fields */
 	memset(&r, 0, sizeof(r));
@@ -323,10 +323,10 @@ static void test_updates(const char *dir)
 					    .exit_code = 137, .ppid = REC_NULL,
 					    .cgroup_id = REC_NULL, .rank = REC_NULL,
 					    .local_rank = REC_NULL, .world_size = REC_NULL };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	/* an exit for a process never seen inserts it */
 	r.u.process.pid = 60;
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 
 	/* comms: two generations of the same (pid, comm_ptr), and another comm */
 	for (int i = 0; i < 3; i++) {
@@ -336,13 +336,13 @@ static void test_updates(const char *dir)
 					      .tid = 51, .comm_ptr = i == 2 ? 0xbbb : 0xaaa,
 					      .comm_hash = "00000000000000aa", .rank = 0,
 					      .nranks = 2, .fn = "ncclCommInitRank", .ret = 0 };
-		CHECK_I64(store_put(s, &r), 0);
+		CHECK_EQ(store_put(s, &r), 0);
 	}
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_COMM_DESTROY;
 	r.u.comm_destroy = (struct rec_comm_destroy){ .ts_ns = 250, .pid = 50, .comm_ptr = 0xaaa };
-	CHECK_I64(store_put(s, &r), 0);
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_put(s, &r), 0);
+	CHECK_EQ(store_flush(s), 0);
 
 	db = test_reader(path);
 	CHECK_ROW(db, "SELECT * FROM processes WHERE pid = 50 AND start_ns = 1000", W_I(50),
@@ -353,7 +353,7 @@ static void test_updates(const char *dir)
 		  W_N, W_T("old"));
 	CHECK_ROW(db, "SELECT exit_ns, exit_code, comm FROM processes WHERE pid = 60", W_I(9000),
 		  W_I(137), W_N);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM processes"), 3);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM processes"), 3);
 	CHECK_ROW(db, "SELECT destroyed_ns FROM comms WHERE ts_ns = 200", W_I(250));
 	CHECK_ROW(db, "SELECT destroyed_ns FROM comms WHERE ts_ns = 100", W_N);
 	CHECK_ROW(db, "SELECT destroyed_ns FROM comms WHERE ts_ns = 300", W_N);
@@ -388,11 +388,11 @@ static void test_queue_full(const char *dir)
 		else if (rc == -ENOBUFS)
 			full++;
 		else
-			CHECK_I64(rc, 0);
+			CHECK_EQ(rc, 0);
 	}
 	store_get_stats(s, &st);
 	CHECK(full > 0);
-	CHECK_I64(st.queued, ok);
+	CHECK_EQ(st.queued, ok);
 	CHECK(st.drops >= full);
 
 	sqlite3_exec(lock, "ROLLBACK", NULL, NULL, NULL);
@@ -401,20 +401,20 @@ static void test_queue_full(const char *dir)
 
 	/* writing resumes; every record is committed or counted as dropped */
 	r = collective(n, n);
-	CHECK_I64(store_put(s, &r), 0);
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_put(s, &r), 0);
+	CHECK_EQ(store_flush(s), 0);
 	store_get_stats(s, &st);
-	CHECK_I64(st.queued, ok + 1);
-	CHECK_I64(st.rows + st.drops, n + 1);
+	CHECK_EQ(st.queued, ok + 1);
+	CHECK_EQ(st.rows + st.drops, n + 1);
 	CHECK(st.rows >= 1);
 	store_close(s);
 
 	{
 		sqlite3 *db = test_reader(path);
 
-		CHECK_I64(test_i64(db, "SELECT count(*) FROM collectives"), st.rows);
-		CHECK_I64(test_i64(db, "SELECT count(*) FROM collectives WHERE seq = 2000"), 1);
-		CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'store_drops'"),
+		CHECK_EQ(test_i64(db, "SELECT count(*) FROM collectives"), st.rows);
+		CHECK_EQ(test_i64(db, "SELECT count(*) FROM collectives WHERE seq = 2000"), 1);
+		CHECK_EQ(test_i64(db, "SELECT value FROM meta WHERE key = 'store_drops'"),
 			  st.drops);
 		sqlite3_close(db);
 	}
@@ -477,14 +477,14 @@ static void test_readers(const char *dir)
 			while (store_put(s, &r) == -ENOBUFS)
 				usleep(100);
 		}
-		CHECK_I64(store_flush(s), 0);
+		CHECK_EQ(store_flush(s), 0);
 		/* the writer thread is running and holds the file: a reader sees it all */
-		CHECK_I64(test_i64(db, "SELECT count(*) FROM collectives"), (int64_t)(c + 1) * per);
+		CHECK_EQ(test_i64(db, "SELECT count(*) FROM collectives"), (int64_t)(c + 1) * per);
 	}
 	atomic_store(&a.stop, 1);
 	pthread_join(th, NULL);
-	CHECK_I64(a.errors, 0);
-	CHECK_I64(a.backwards, 0);
+	CHECK_EQ(a.errors, 0);
+	CHECK_EQ(a.backwards, 0);
 	CHECK(a.reads > 0);
 	sqlite3_close(db);
 	store_close(s);
@@ -495,28 +495,28 @@ static void put_ts_rows(struct store *s, int64_t ts, int64_t tag)
 	struct rec r;
 
 	r = collective(ts, tag);
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_CUDA;
 	r.u.cuda = (struct rec_cuda){ .ts_ns = ts, .dur_ns = 1, .pid = tag, .tid = 1,
 				      .api = "cuLaunchKernel", .kind = "launch", .bytes = 0,
 				      .stream = 0, .ret = 0 };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_OFFCPU;
 	r.u.offcpu = (struct rec_offcpu){ .ts_ns = ts, .dur_ns = 1, .pid = tag, .tid = 1,
 					  .reason = "blocked" };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_TCP;
 	r.u.tcp = (struct rec_tcp){ .ts_ns = ts, .pid = tag, .saddr = "a", .sport = 1,
 				    .daddr = "b", .dport = 2, .state = "x" };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_IB;
 	r.u.ib = (struct rec_ib){ .ts_ns = ts, .device = "mlx5_0", .port = 1, .counter = "c",
 				  .value = tag, .delta = 0 };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 }
 
 static void test_retain_age(const char *dir)
@@ -546,37 +546,37 @@ static void test_retain_age(const char *dir)
 					    .ppid = REC_NULL, .cgroup_id = REC_NULL,
 					    .rank = REC_NULL, .local_rank = REC_NULL,
 					    .world_size = REC_NULL };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	r.u.process.pid = 2;
 	r.u.process.exit_ns = REC_NULL;
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_COMM;
 	r.u.comm = (struct rec_comm){ .ts_ns = now - 3 * hour, .dur_ns = 1, .pid = 1, .tid = 1,
 				      .comm_ptr = 1, .rank = 0, .nranks = 2, .ret = 0 };
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	r.u.comm.pid = 2;
-	CHECK_I64(store_put(s, &r), 0);
+	CHECK_EQ(store_put(s, &r), 0);
 	memset(&r, 0, sizeof(r));
 	r.kind = REC_COMM_DESTROY;
 	r.u.comm_destroy = (struct rec_comm_destroy){ .ts_ns = now - 2 * hour, .pid = 1,
 						      .comm_ptr = 1 };
-	CHECK_I64(store_put(s, &r), 0);
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_put(s, &r), 0);
+	CHECK_EQ(store_flush(s), 0);
 
-	CHECK_I64(store_retain_now(s), 0);
+	CHECK_EQ(store_retain_now(s), 0);
 	store_get_stats(s, &st);
-	CHECK_I64(st.retained, 5 * 10 + 2);
+	CHECK_EQ(st.retained, 5 * 10 + 2);
 
 	db = test_reader(path);
 	for (int i = 0; i < 5; i++) {
 		snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s", tables[i]);
-		CHECK_I64(test_i64(db, sql), 3);
+		CHECK_EQ(test_i64(db, sql), 3);
 		snprintf(sql, sizeof(sql), "SELECT min(ts_ns) FROM %s", tables[i]);
-		CHECK_I64(test_i64(db, sql), now - hour / 6);
+		CHECK_EQ(test_i64(db, sql), now - hour / 6);
 	}
-	CHECK_I64(test_i64(db, "SELECT group_concat(pid) FROM processes"), 2);
-	CHECK_I64(test_i64(db, "SELECT group_concat(pid) FROM comms"), 2);
+	CHECK_EQ(test_i64(db, "SELECT group_concat(pid) FROM processes"), 2);
+	CHECK_EQ(test_i64(db, "SELECT group_concat(pid) FROM comms"), 2);
 	sqlite3_close(db);
 	store_close(s);
 }
@@ -598,20 +598,20 @@ static void test_retain_size(const char *dir)
 		while (store_put(s, &r) == -ENOBUFS)
 			usleep(100);
 	}
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_flush(s), 0);
 	db = test_reader(path);
 	bytes = test_i64(db, "PRAGMA page_count") * test_i64(db, "PRAGMA page_size");
 	if (bytes <= limit)
 		DIE("size test needs more rows: %lld bytes are within the limit", (long long)bytes);
-	CHECK_I64(store_retain_now(s), 0);
+	CHECK_EQ(store_retain_now(s), 0);
 	store_get_stats(s, &st);
 	CHECK(st.retained > 0);
 	bytes = test_i64(db, "PRAGMA page_count") * test_i64(db, "PRAGMA page_size");
 	CHECK(bytes <= limit);
 	/* the newest rows stay, the oldest go */
-	CHECK_I64(test_i64(db, "SELECT max(seq) FROM collectives"), n - 1);
+	CHECK_EQ(test_i64(db, "SELECT max(seq) FROM collectives"), n - 1);
 	CHECK(test_i64(db, "SELECT min(seq) FROM collectives") > 0);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM collectives"), n - st.retained);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM collectives"), n - st.retained);
 	sqlite3_close(db);
 	store_close(s);
 }
@@ -635,34 +635,34 @@ static void test_nudge(const char *dir)
 	s = open_store(path, &o);
 	/* a row already at t0 + 3, committed: the run of taken nanoseconds skips it */
 	r = collective(t0 + 3, 1000);
-	CHECK_I64(store_put(s, &r), 0);
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_put(s, &r), 0);
+	CHECK_EQ(store_flush(s), 0);
 	for (int64_t i = 0; i < n; i++) {
 		r = collective(t0, i);
-		CHECK_I64(store_put(s, &r), 0);
+		CHECK_EQ(store_put(s, &r), 0);
 	}
 	/* every keyed table: 3 more rows at t0 (and ib_counters, not keyed: 3 at t0) */
 	for (int i = 0; i < 3; i++)
 		put_ts_rows(s, t0, i);
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_flush(s), 0);
 	store_get_stats(s, &st);
-	CHECK_I64(st.drops, 0);
-	CHECK_I64(st.rows, 1 + n + 3 * 5);
+	CHECK_EQ(st.drops, 0);
+	CHECK_EQ(st.rows, 1 + n + 3 * 5);
 	/* all but the first row at t0 of each keyed table */
-	CHECK_I64(st.ts_nudged, n + 3 - 1 + 3 * 2);
+	CHECK_EQ(st.ts_nudged, n + 3 - 1 + 3 * 2);
 	store_close(s);
 
 	db = test_reader(path);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM collectives"), n + 1 + 3);
-	CHECK_I64(test_i64(db, "SELECT count(DISTINCT ts_ns) FROM collectives"), n + 1 + 3);
-	CHECK_I64(test_i64(db, "SELECT min(ts_ns) FROM collectives"), t0);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM collectives"), n + 1 + 3);
+	CHECK_EQ(test_i64(db, "SELECT count(DISTINCT ts_ns) FROM collectives"), n + 1 + 3);
+	CHECK_EQ(test_i64(db, "SELECT min(ts_ns) FROM collectives"), t0);
 	/* t0 .. t0 + n + 3: the run steps over t0 + 3, which the first row holds */
-	CHECK_I64(test_i64(db, "SELECT max(ts_ns) FROM collectives"), t0 + n + 3);
-	CHECK_I64(test_i64(db, "SELECT seq FROM collectives WHERE ts_ns = 1003"), 1000);
+	CHECK_EQ(test_i64(db, "SELECT max(ts_ns) FROM collectives"), t0 + n + 3);
+	CHECK_EQ(test_i64(db, "SELECT seq FROM collectives WHERE ts_ns = 1003"), 1000);
 	/* arrival order kept: seq rises with ts_ns over the first n */
-	CHECK_I64(test_i64(db, "SELECT count(DISTINCT seq) FROM collectives WHERE ts_ns <= 1100"),
+	CHECK_EQ(test_i64(db, "SELECT count(DISTINCT seq) FROM collectives WHERE ts_ns <= 1100"),
 		  n + 1);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM (SELECT seq, lag(seq) OVER (ORDER BY ts_ns) "
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM (SELECT seq, lag(seq) OVER (ORDER BY ts_ns) "
 			       "AS p FROM collectives WHERE ts_ns <= 1100 AND seq < 1000) "
 			       "WHERE seq < p"),
 		  0);
@@ -679,14 +679,14 @@ static void test_nudge(const char *dir)
 			sqlite3_finalize(q);
 		}
 	}
-	CHECK_I64(test_i64(db, "SELECT count(DISTINCT ts_ns) FROM ib_counters"), 1);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM ib_counters"), 3);
-	CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'ts_nudged'"), st.ts_nudged);
+	CHECK_EQ(test_i64(db, "SELECT count(DISTINCT ts_ns) FROM ib_counters"), 1);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM ib_counters"), 3);
+	CHECK_EQ(test_i64(db, "SELECT value FROM meta WHERE key = 'ts_nudged'"), st.ts_nudged);
 	/* a time window is a range of the table itself: no ts_ns index to write */
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM pragma_table_info('collectives') "
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM pragma_table_info('collectives') "
 			       "WHERE name = 'ts_ns' AND pk = 1"),
 		  1);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND "
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND "
 			       "sql LIKE '%(ts_ns)%' AND tbl_name NOT IN ('ib_counters', 'nccl_groups', "
 			       "'gpu_samples')"),
 		  0);
@@ -713,7 +713,7 @@ static void test_checkpoint(const char *dir)
 		while (store_put(s, &r) == -ENOBUFS)
 			usleep(100);
 	}
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_flush(s), 0);
 	for (i = 0; i < 500; i++) {
 		if (stat(path, &sb) == 0 && sb.st_size >= (2 << 20))
 			break;
@@ -749,7 +749,7 @@ static void test_wal_bounded(const char *dir)
 		if ((j & 1023) == 0 && stat(wal, &sb) == 0 && sb.st_size > wal_max)
 			wal_max = sb.st_size;
 	}
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_flush(s), 0);
 	if (stat(wal, &sb) == 0 && sb.st_size > wal_max)
 		wal_max = sb.st_size;
 	store_close(s);
@@ -793,12 +793,12 @@ static void test_v1_file(const char *dir)
 		make_v1_file(path, 500 + round);
 		s = open_store(path, &o);
 		r = collective(500, 7);
-		CHECK_I64(store_put(s, &r), 0);
-		CHECK_I64(store_flush(s), 0);
+		CHECK_EQ(store_put(s, &r), 0);
+		CHECK_EQ(store_flush(s), 0);
 		store_close(s);
 
 		db = test_reader(path);
-		CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
+		CHECK_EQ(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
 			  FQSQL_SCHEMA_VERSION);
 		CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'node'", W_T("new"));
 		CHECK_ROW(db, "SELECT ts_ns, seq FROM collectives", W_I(500), W_I(7));
@@ -810,10 +810,10 @@ static void test_v1_file(const char *dir)
 		else
 			snprintf(old, sizeof(old), "%s.v1", path);
 		db = test_reader(old);
-		CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 1);
+		CHECK_EQ(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 1);
 		CHECK_ROW(db, "SELECT value FROM meta WHERE key = 'node'", W_T("old"));
-		CHECK_I64(test_i64(db, "SELECT count(*) FROM collectives"), 2);
-		CHECK_I64(test_i64(db, "SELECT min(ts_ns) FROM collectives"), 500 + round);
+		CHECK_EQ(test_i64(db, "SELECT count(*) FROM collectives"), 2);
+		CHECK_EQ(test_i64(db, "SELECT min(ts_ns) FROM collectives"), 500 + round);
 		sqlite3_close(db);
 		unlink(path);
 	}
@@ -834,7 +834,7 @@ static void test_v1_file(const char *dir)
 		free(cause);
 		store_close(s);
 		db = test_reader(path);
-		CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 99);
+		CHECK_EQ(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"), 99);
 		sqlite3_close(db);
 	}
 }
@@ -883,19 +883,19 @@ static void test_old_file(const char *dir, int version)
 
 	s = open_store(path, &o);
 	r = collective(500, 7);
-	CHECK_I64(store_put(s, &r), 0);
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_put(s, &r), 0);
+	CHECK_EQ(store_flush(s), 0);
 	store_close(s);
 
 	db = test_reader(path);
-	CHECK_I64(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
+	CHECK_EQ(test_i64(db, "SELECT value FROM meta WHERE key = 'schema_version'"),
 		  FQSQL_SCHEMA_VERSION);
 	CHECK_ROW(db, "SELECT ts_ns, seq, busy_ns, sync_ns, gap_ns, cpu_ns FROM collectives "
 		  "WHERE ts_ns = 100", W_I(100), W_I(4), W_I(5), W_N, W_N, W_N);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM nccl_kernels"), version == 4);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM nccl_kernels WHERE peer IS NULL"),
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM nccl_kernels"), version == 4);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM nccl_kernels WHERE peer IS NULL"),
 		  version == 4);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM pragma_table_info('comms') "
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM pragma_table_info('comms') "
 			       "WHERE name = 'nccl_hash'"), 1);
 	CHECK_ROW(db, "SELECT ts_ns, seq, sync_ns, gap_ns FROM collectives WHERE ts_ns = 500",
 		  W_I(500), W_I(7), W_I(2000), W_I(3000));
@@ -925,8 +925,8 @@ int main(void)
 	test_old_file(dir, 4);
 	test_rmrf(dir);
 	free(dir);
-	if (test_failures) {
-		fprintf(stderr, "test_store: %d failure(s)\n", test_failures);
+	if (check_failures) {
+		fprintf(stderr, "test_store: %d failure(s)\n", check_failures);
 		return 1;
 	}
 	printf("test_store: ok\n");

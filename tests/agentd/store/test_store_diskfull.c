@@ -76,7 +76,7 @@ int main(void)
 		else if (rc == -ENOBUFS)
 			full++;
 		else
-			CHECK_I64(rc, 0);
+			CHECK_EQ(rc, 0);
 		if (i % 4096 == 0)
 			store_flush(s);
 	}
@@ -84,8 +84,8 @@ int main(void)
 	store_get_stats(s, &st);
 	CHECK(st.write_errors > 0);
 	CHECK(st.drops > 0);
-	CHECK_I64(st.queued, ok);
-	CHECK_I64(st.rows + st.drops, ok + full);
+	CHECK_EQ(st.queued, ok);
+	CHECK_EQ(st.rows + st.drops, ok + full);
 	fprintf(stderr, "while full: %lld committed, %lld dropped, %lld write errors\n",
 		(long long)st.rows, (long long)st.drops, (long long)st.write_errors);
 
@@ -98,16 +98,16 @@ int main(void)
 		while (store_put(s, &r) == -ENOBUFS)
 			usleep(1000);
 	}
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(store_flush(s), 0);
 	{
 		struct store_stats after;
 
 		store_get_stats(s, &after);
-		CHECK_I64(after.write_errors, st.write_errors);
-		CHECK_I64(after.rows, st.rows + resumed);
+		CHECK_EQ(after.write_errors, st.write_errors);
+		CHECK_EQ(after.rows, st.rows + resumed);
 	}
 	db = test_reader(path);
-	CHECK_I64(test_i64(db, "SELECT count(*) FROM cuda_calls WHERE pid = 777777"), resumed);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM cuda_calls WHERE pid = 777777"), resumed);
 	sqlite3_close(db);
 	store_close(s);
 
@@ -115,8 +115,8 @@ int main(void)
 		fprintf(stderr, "cannot unmount %s: %s\n", dir, strerror(errno));
 	rmdir(dir);
 	free(dir);
-	if (test_failures) {
-		fprintf(stderr, "test_store_diskfull: %d failure(s)\n", test_failures);
+	if (check_failures) {
+		fprintf(stderr, "test_store_diskfull: %d failure(s)\n", check_failures);
 		return 1;
 	}
 	printf("test_store_diskfull: ok\n");

@@ -41,7 +41,7 @@ static void refused(const char *path, const char *const *want)
 		if (!cause || !strstr(cause, *want)) {
 			fprintf(stderr, "%s: cause '%s' lacks '%s'\n", path,
 				cause ? cause : "(none)", *want);
-			test_failures++;
+			check_failures++;
 		}
 	}
 	CHECK(!cause || !strchr(cause, '\n'));
@@ -51,7 +51,7 @@ static void refused(const char *path, const char *const *want)
 
 static int put(struct store *s, const struct rec *r)
 {
-	CHECK_I64(store_put(s, r), 0);
+	CHECK_EQ(store_put(s, r), 0);
 	return 1;
 }
 
@@ -110,11 +110,11 @@ static void every_kind(const char *path)
 	r.u.process_gpu = (struct rec_process_gpu){ .pid = 1, .start_ns = 2, .ts_ns = 19,
 						    .gpu_uuid = "GPU-1", .source = "nvml" };
 	kinds += put(s, &r);
-	CHECK_I64(kinds, REC_KIND_MAX);
-	CHECK_I64(store_flush(s), 0);
+	CHECK_EQ(kinds, REC_KIND_MAX);
+	CHECK_EQ(store_flush(s), 0);
 	store_get_stats(s, &st);
-	CHECK_I64(st.drops, 0);
-	CHECK_I64(st.write_errors, 0);
+	CHECK_EQ(st.drops, 0);
+	CHECK_EQ(st.write_errors, 0);
 	store_close(s);
 	free(cause);
 }
@@ -148,7 +148,7 @@ int main(void)
 	every_kind(p);
 
 	test_rmrf(dir);
-	if (test_failures)
-		fprintf(stderr, "test_store_schema: %d checks failed\n", test_failures);
-	return test_failures ? 1 : 0;
+	if (check_failures)
+		fprintf(stderr, "test_store_schema: %d checks failed\n", check_failures);
+	return check_failures ? 1 : 0;
 }

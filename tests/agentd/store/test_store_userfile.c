@@ -65,14 +65,14 @@ static void refused(const char *path, const char *want)
 	if (!cause || !strstr(cause, want)) {
 		fprintf(stderr, "%s: cause '%s' lacks '%s'\n", path, cause ? cause : "(none)",
 			want);
-		test_failures++;
+		check_failures++;
 	}
 	CHECK(!cause || !strchr(cause, '\n'));
 	store_close(s);
 	after = slurp(path, &na);
 	if (nb != na || memcmp(before, after, nb)) {
 		fprintf(stderr, "%s: changed by a refused store_open\n", path);
-		test_failures++;
+		check_failures++;
 	}
 	CHECK(!exists(wal));
 	free(before);
@@ -88,7 +88,7 @@ static void opened(const char *path)
 
 	if (!s) {
 		fprintf(stderr, "%s: refused: %s\n", path, cause ? cause : "?");
-		test_failures++;
+		check_failures++;
 	}
 	store_close(s);
 	free(cause);
@@ -157,7 +157,7 @@ int main(void)
 	after = slurp(moved, &na);
 	if (nb != na || memcmp(before, after, nb)) {
 		fprintf(stderr, "%s: moved aside, but not byte for byte\n", moved);
-		test_failures++;
+		check_failures++;
 	}
 	free(before);
 	free(after);
@@ -176,7 +176,7 @@ int main(void)
 
 	test_rmrf(dir);
 	free(dir);
-	if (test_failures)
-		fprintf(stderr, "test_store_userfile: %d failures\n", test_failures);
-	return test_failures ? 1 : 0;
+	if (check_failures)
+		fprintf(stderr, "test_store_userfile: %d failures\n", check_failures);
+	return check_failures ? 1 : 0;
 }
