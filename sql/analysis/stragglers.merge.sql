@@ -431,10 +431,16 @@ v AS (
 	       -- the other, clearly (a rank that arrives last because it waited on someone else
 	       -- does not), and no side it has to point the other way: its kernels not longer,
 	       -- its enqueues not clearly earlier (lateness is often nil: a blocking or bucketed
-	       -- job enqueues together after the first collective of a step)
+	       -- job enqueues together after the first collective of a step). Its kernels may
+	       -- stand in for its waits where its Send/Recv peers waited more than it did (a
+	       -- pipeline stage's slower GPU waits for itself at its synchronize as long as its
+	       -- peers do, while the stage after it waits on its sends)
 	       coalesce(f.n, g.gn) <> 2 OR (coalesce(g.z_gpu, 1) > 0
-					    AND coalesce(f.z_wait, prm.thr) > prm.thr / 2
-					    AND coalesce(f.z_late, 0) > -prm.thr / 2) AS pair_ok,
+					    AND coalesce(f.z_late, 0) > -prm.thr / 2
+					    AND (coalesce(f.z_wait, prm.thr) > prm.thr / 2
+						 OR (g.z_gpu > prm.thr AND g.e_gpu >= g.eff_n
+						     AND coalesce(f.z_wait, 0) > -prm.thr / 2
+						     AND p.d > prm.fl))) AS pair_ok,
 	       -- a rank that waited more than a peer of its Send/Recv (by more than :floor of
 	       -- the span) is named by no communicator: its lateness there is that peer's
 	       coalesce(p.d >= -prm.fl, 1) AS p2p_ok
