@@ -5,7 +5,8 @@
  * field's name in text, a number of its own otherwise), so a column bound to
  * the wrong field, or not bound, changes the dump of the file compared with
  * want[] below. The NULL encodings (REC_NULL, REC_NULL32, a NULL string, an
- * empty hash), the processes upsert, process_gpus' first-sighting rule, the
+ * empty hash), strings the caller reuses once store_put returns (one too long
+ * for the slot), the processes upsert, process_gpus' first-sighting rule, the
  * comm-destroy UPDATE and a ts_ns collision (nudged 1 ns) are in it too.
  *
  * want[] was taken from the writer before its column tables (hand-written
@@ -14,10 +15,32 @@
 #include "store.h"
 #include "store_test.h"
 
+/* The records' strings live here until put() returns, then are overwritten: the store must
+ * have copied every one of them (into the slot, or the heap when they do not fit). */
+static char scratch[1024];
+static size_t scratch_used;
+
+static const char *S(const char *v)
+{
+	char *p = scratch + scratch_used;
+	size_t n = strlen(v) + 1;
+
+	if (n > sizeof(scratch) - scratch_used)
+		DIE("scratch too small");
+	memcpy(p, v, n);
+	scratch_used += n;
+	return p;
+}
+
 static void put(struct store *s, struct rec *r)
 {
 	CHECK_EQ(store_put(s, r), 0);
+	memset(scratch, '#', sizeof(scratch) - 1);
+	scratch_used = 0;
 }
+
+/* longer than a ring slot's string arena */
+#define LONG_CMDLINE "cmdline2 --an-argument-list-longer-than-the-slot-arena=1234567890"
 
 static void put_all(struct store *s)
 {
@@ -26,15 +49,15 @@ static void put_all(struct store *s)
 	r = (struct rec){ .kind = REC_PROCESS };
 	r.u.process = (struct rec_process){
 		.pid = 101, .start_ns = 102, .exit_ns = REC_NULL, .exit_code = REC_NULL,
-		.ppid = 105, .comm = "comm", .cmdline = "cmdline", .cgroup = "cgroup",
+		.ppid = 105, .comm = S("comm"), .cmdline = S("cmdline"), .cgroup = S("cgroup"),
 		.cgroup_id = 109, .rank = 110, .local_rank = 111, .world_size = 112,
-		.job_id = "job_id" };
+		.job_id = S("job_id") };
 	put(s, &r);
 	/* the exit: NULL fields leave the first sighting's values, others replace them */
 	r.u.process = (struct rec_process){
 		.pid = 101, .start_ns = 102, .exit_ns = 103, .exit_code = 104, .ppid = REC_NULL,
 		.cgroup_id = REC_NULL, .rank = 120, .local_rank = REC_NULL,
-		.world_size = REC_NULL, .cmdline = "cmdline2" };
+		.world_size = REC_NULL, .cmdline = S(LONG_CMDLINE) };
 	put(s, &r);
 	r.u.process = (struct rec_process){
 		.pid = 131, .start_ns = 132, .exit_ns = REC_NULL, .exit_code = REC_NULL,
@@ -45,7 +68,7 @@ static void put_all(struct store *s)
 	r = (struct rec){ .kind = REC_COMM };
 	r.u.comm = (struct rec_comm){ .ts_ns = 201, .dur_ns = 202, .pid = 203, .tid = 204,
 				      .comm_ptr = 205, .comm_hash = "0123456789abcdef",
-				      .rank = 207, .nranks = 208, .fn = "fn", .ret = 210,
+				      .rank = 207, .nranks = 208, .fn = S("fn"), .ret = 210,
 				      .nccl_hash = "fedcba9876543210" };
 	put(s, &r);
 	r.u.comm = (struct rec_comm){ .ts_ns = 221, .dur_ns = REC_NULL, .pid = 203, .tid = 224,
@@ -60,8 +83,8 @@ static void put_all(struct store *s)
 	r.u.collective = (struct rec_collective){
 		.ts_ns = 301, .dur_ns = 302, .pid = 303, .tid = 304, .comm_ptr = 305,
 		.comm_hash = "0123456789abcdef", .ret = 307, .rank = 308, .nranks = 309,
-		.seq = 310, .op = "op", .count = 312, .bytes = 313, .datatype = "datatype",
-		.redop = "redop", .peer = 316, .stream = 317, .busy_ns = 318, .sync_ns = 319,
+		.seq = 310, .op = S("op"), .count = 312, .bytes = 313, .datatype = S("datatype"),
+		.redop = S("redop"), .peer = 316, .stream = 317, .busy_ns = 318, .sync_ns = 319,
 		.gap_ns = 320, .cpu_ns = 321 };
 	put(s, &r);
 	/* the same nanosecond: moved to the next */
@@ -75,23 +98,23 @@ static void put_all(struct store *s)
 
 	r = (struct rec){ .kind = REC_CUDA };
 	r.u.cuda = (struct rec_cuda){ .ts_ns = 401, .dur_ns = 402, .pid = 403, .tid = 404,
-				      .api = "api", .kind = "kind", .bytes = 407, .stream = 408,
-				      .ret = 409 };
+				      .api = S("api"), .kind = S("kind"), .bytes = 407,
+				      .stream = 408, .ret = 409 };
 	put(s, &r);
 	r = (struct rec){ .kind = REC_OFFCPU };
 	r.u.offcpu = (struct rec_offcpu){ .ts_ns = 501, .dur_ns = 502, .pid = 503, .tid = 504,
-					  .reason = "reason" };
+					  .reason = S("reason") };
 	put(s, &r);
 	r = (struct rec){ .kind = REC_TCP };
-	r.u.tcp = (struct rec_tcp){ .ts_ns = 601, .pid = 602, .saddr = "saddr", .sport = 604,
-				    .daddr = "daddr", .dport = 606, .state = "state" };
+	r.u.tcp = (struct rec_tcp){ .ts_ns = 601, .pid = 602, .saddr = S("saddr"), .sport = 604,
+				    .daddr = S("daddr"), .dport = 606, .state = S("state") };
 	put(s, &r);
 	r.u.tcp = (struct rec_tcp){ .ts_ns = 611, .pid = REC_NULL, .sport = REC_NULL,
 				    .dport = REC_NULL };
 	put(s, &r);
 	r = (struct rec){ .kind = REC_IB };
-	r.u.ib = (struct rec_ib){ .ts_ns = 701, .device = "device", .port = 703,
-				  .counter = "counter", .value = 705, .delta = 706 };
+	r.u.ib = (struct rec_ib){ .ts_ns = 701, .device = S("device"), .port = 703,
+				  .counter = S("counter"), .value = 705, .delta = 706 };
 	put(s, &r);
 	r = (struct rec){ .kind = REC_GROUP };
 	r.u.group = (struct rec_group){ .ts_ns = 801, .dur_ns = 802, .end_dur_ns = 803,
@@ -101,7 +124,7 @@ static void put_all(struct store *s)
 	r = (struct rec){ .kind = REC_KERNEL };
 	r.u.kernel = (struct rec_kernel){
 		.ts_ns = 901, .host_dur_ns = 902, .pid = 903, .rank = 904, .nranks = 905,
-		.nccl_comm = "fedcba9876543210", .comm_hash = "0123456789abcdef", .op = "op",
+		.nccl_comm = "fedcba9876543210", .comm_hash = "0123456789abcdef", .op = S("op"),
 		.seq = 909, .count = 910, .nchannels = 911, .gpu_start_ns = 912,
 		.gpu_dur_ns = 913, .gpu_ch_ns = 914, .partial = 915, .peer = 916 };
 	put(s, &r);
@@ -115,7 +138,7 @@ static void put_all(struct store *s)
 
 	r = (struct rec){ .kind = REC_GPU };
 	r.u.gpu = (struct rec_gpu){
-		.ts_ns = 1001, .gpu_index = 1002, .uuid = "uuid", .pci_bus_id = "pci_bus_id",
+		.ts_ns = 1001, .gpu_index = 1002, .uuid = S("uuid"), .pci_bus_id = S("pci_bus_id"),
 		.sm_clock_mhz = 1005, .mem_clock_mhz = 1006, .sm_clock_max_mhz = 1007,
 		.mem_clock_max_mhz = 1008, .clock_reasons = 1009, .temp_c = 1010,
 		.power_mw = 1011, .power_limit_mw = 1012, .util_gpu_pct = 1013,
@@ -142,12 +165,14 @@ static void put_all(struct store *s)
 
 	r = (struct rec){ .kind = REC_PROCESS_GPU };
 	r.u.process_gpu = (struct rec_process_gpu){ .ts_ns = 1201, .pid = 1202, .start_ns = 1203,
-						    .gpu_index = 1204, .gpu_uuid = "gpu_uuid",
-						    .source = "source" };
+						    .gpu_index = 1204, .gpu_uuid = S("gpu_uuid"),
+						    .source = S("source") };
 	put(s, &r);
 	/* a later sighting of the same (pid, start_ns, gpu_uuid, source): the first stays */
 	r.u.process_gpu.ts_ns = 1211;
 	r.u.process_gpu.gpu_index = 1214;
+	r.u.process_gpu.gpu_uuid = S("gpu_uuid");
+	r.u.process_gpu.source = S("source");
 	put(s, &r);
 }
 
@@ -217,7 +242,8 @@ static const char want[] =
 	"nccl_kernels: 921 - 923 - - '1111111122222222' - - 929 - - - - - - -\n"
 	"offcpu: 501 502 503 504 'reason'\n"
 	"process_gpus: 1202 1203 1204 'gpu_uuid' 'source' 1201\n"
-	"processes: 101 102 103 104 105 'comm' 'cmdline2' 'cgroup' 109 120 111 112 'job_id'\n"
+	"processes: 101 102 103 104 105 'comm' '" LONG_CMDLINE "' 'cgroup' 109 120 111 112 "
+	"'job_id'\n"
 	"processes: 131 132 - - - - - - - - - - -\n"
 	"tcp_retransmits: 601 602 'saddr' 604 'daddr' 606 'state'\n"
 	"tcp_retransmits: 611 - - - - - -\n";
