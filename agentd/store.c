@@ -73,64 +73,41 @@ _Static_assert(sizeof(struct slot) == SLOT_SIZE, "slot size");
 /* A collective's names (op, datatype, redop: about 24 bytes) fit; longer strings take the heap. */
 _Static_assert(SLOT_SIZE - sizeof(struct slot_hdr) >= 48, "slot arena too small");
 
-/* The string fields of r, as pointers to the struct members; returns how many. */
-static int rec_strings(struct rec *r, const char **f[4])
+/*
+ * Where the strings of each record kind are: the TEXT columns of rec_tables[]. Once, when
+ * the store opens; 0, or -E2BIG when a kind has more than a slot's REC_STRINGS.
+ */
+static int str_fields(struct store *s)
 {
-	switch (r->kind) {
-	case REC_PROCESS:
-		f[0] = &r->u.process.comm;
-		f[1] = &r->u.process.cmdline;
-		f[2] = &r->u.process.cgroup;
-		f[3] = &r->u.process.job_id;
-		return 4;
-	case REC_COMM:
-		f[0] = &r->u.comm.fn;
-		return 1;
-	case REC_COMM_DESTROY:
-		return 0;
-	case REC_COLLECTIVE:
-		f[0] = &r->u.collective.op;
-		f[1] = &r->u.collective.datatype;
-		f[2] = &r->u.collective.redop;
-		return 3;
-	case REC_CUDA:
-		f[0] = &r->u.cuda.api;
-		f[1] = &r->u.cuda.kind;
-		return 2;
-	case REC_OFFCPU:
-		f[0] = &r->u.offcpu.reason;
-		return 1;
-	case REC_TCP:
-		f[0] = &r->u.tcp.saddr;
-		f[1] = &r->u.tcp.daddr;
-		f[2] = &r->u.tcp.state;
-		return 3;
-	case REC_IB:
-		f[0] = &r->u.ib.device;
-		f[1] = &r->u.ib.counter;
-		return 2;
-	case REC_GROUP:
-		return 0;
-	case REC_KERNEL:
-		f[0] = &r->u.kernel.op;
-		return 1;
-	case REC_GPU:
-		f[0] = &r->u.gpu.uuid;
-		f[1] = &r->u.gpu.pci_bus_id;
-		return 2;
-	case REC_PROCESS_GPU:
-		f[0] = &r->u.process_gpu.gpu_uuid;
-		f[1] = &r->u.process_gpu.source;
-		return 2;
-	default:
-		return -1;
+	for (int k = REC_PROCESS; k <= REC_KIND_MAX; k++) {
+		const struct rec_table *t = &rec_tables[k];
+
+		for (int i = 0; i < t->ncol; i++) {
+			if (t->col[i].type != COL_TEXT)
+				continue;
+			if (s->nstr[k] == REC_STRINGS)
+				return -E2BIG;
+			s->str_off[k][s->nstr[k]++] = t->col[i].off;
+		}
 	}
+	return 0;
+}
+
+/* The string fields of r (a kind store_put accepts), as pointers to the struct members;
+ * returns how many. */
+static int rec_strings(const struct store *s, struct rec *r, const char **f[REC_STRINGS])
+{
+	int n = s->nstr[r->kind];
+
+	for (int i = 0; i < n; i++)
+		f[i] = (const char **)((char *)&r->u + s->str_off[r->kind][i]);
+	return n;
 }
 
 int store_put(struct store *s, const struct rec *r)
 {
-	const char **f[4];
-	size_t len[4], total = 0;
+	const char **f[REC_STRINGS];
+	size_t len[REC_STRINGS], total = 0;
 	struct slot *sl;
 	uint64_t pos, seq;
 	char *dst;
@@ -163,7 +140,7 @@ int store_put(struct store *s, const struct rec *r)
 	 * (or one allocation when they do not fit) and repoint the fields. */
 	sl->h.r = *r;
 	sl->h.heap = NULL;
-	n = rec_strings(&sl->h.r, f);
+	n = rec_strings(s, &sl->h.r, f);
 	for (i = 0; i < n; i++) {
 		len[i] = *f[i] ? strlen(*f[i]) + 1 : 0;
 		total += len[i];
@@ -617,6 +594,12 @@ struct store *store_open(const struct store_opts *o, char **cause)
 		s->ring[i].h.heap = NULL;
 	}
 	atomic_init(&s->wake_at, s->batch_rows < 1024 ? (uint64_t)s->batch_rows : 1024);
+	err = str_fields(s);
+	if (err) {
+		fq_fail(cause, 0, "a record kind has more strings than a trace store slot holds "
+				  "(%d): a defect of this agent, report it", REC_STRINGS);
+		goto fail;
+	}
 
 	err = store_setup_db(s, o, cause);
 	if (err)

@@ -28,6 +28,9 @@
  * pages; journal_size_limit then truncates it) */
 #define CKPT_WAIT_PAGES 8192
 
+/* The most strings (TEXT columns) a record carries: rec_process' four */
+#define REC_STRINGS 4
+
 /* The store's file and its -wal and -shm, whose inodes store_roll.c follows */
 #define ROLL_FILES 3
 
@@ -100,6 +103,10 @@ struct store {
 
 	struct slot *ring; /* store.c */
 	uint64_t mask;
+	/* per record kind, the offsets of its string fields in its struct (rec_tables[]' TEXT
+	 * columns), which store_put copies into the slot */
+	uint16_t str_off[REC_KIND_MAX + 1][REC_STRINGS];
+	uint8_t nstr[REC_KIND_MAX + 1];
 	int batch_rows;
 	int64_t batch_ns;
 	int64_t retain_bytes, retain_age_s;
