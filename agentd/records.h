@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Decoded trace records, one struct per table of sql/schema.sql. The tracer
- * (agentd/trace_decode.c) fills them from BPF events; the store writes them
- * (agentd/store_sql.c binds them; store_schema.c checks its INSERTs against
- * the file's tables at open). Strings are copied by the store before
- * store_put() returns. An int64 field set to REC_NULL is stored as SQL NULL.
+ * (agentd/trace_decode.c) fills them from BPF events; the store writes them.
+ * Each field's column is named in one place, agentd/store_sql.c's rec_tables[]
+ * (the store builds its INSERTs and binds records from it, and checks it
+ * against the file's tables at open): a field added here needs its column
+ * there and in sql/schema.sql, or the store tests fail. Strings are copied by
+ * the store before store_put() returns. An int64 field set to REC_NULL, an
+ * int32 one set to REC_NULL32, a NULL string and an empty hash are stored as
+ * SQL NULL.
  */
 #ifndef FLEETQ_AGENTD_RECORDS_H
 #define FLEETQ_AGENTD_RECORDS_H
@@ -12,6 +16,7 @@
 #include <stdint.h>
 
 #define REC_NULL INT64_MIN
+#define REC_NULL32 INT32_MIN
 
 enum rec_kind {
 	REC_PROCESS = 1, /* insert, or update exit_ns/exit_code of (pid, start_ns) */
@@ -109,10 +114,9 @@ struct rec_kernel {
 /*
  * NVML's values are 32-bit or fit in 32 bits (MHz, degrees C, mW, %, PCIe gen/width and
  * replay counter, remapped rows): int32 keeps the record inside a 256-byte ring slot.
- * REC_NULL32 in an int32 field is stored as SQL NULL (the NVML call failed or the GPU
- * does not offer it).
+ * REC_NULL32 in an int32 field is stored as SQL NULL (here: the NVML call failed or the
+ * GPU does not offer it).
  */
-#define REC_NULL32 INT32_MIN
 
 struct rec_gpu {
 	int64_t ts_ns;

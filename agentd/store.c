@@ -74,71 +74,40 @@ _Static_assert(sizeof(struct slot) == SLOT_SIZE, "slot size");
 _Static_assert(SLOT_SIZE - sizeof(struct slot_hdr) >= 48, "slot arena too small");
 
 /*
- * Tables keyed by ts_ns (INTEGER PRIMARY KEY, schema version 2): a row whose ts_ns is
- * taken is moved to the next free nanosecond, never dropped.
+ * Where the strings of each record kind are: the TEXT columns of rec_tables[]. Once, when
+ * the store opens; 0, or -E2BIG when a kind has more than a slot's REC_STRINGS.
  */
-static const char *const key_tables[] = { "collectives", "cuda_calls", "offcpu",
-					  "tcp_retransmits", "nccl_kernels" };
-_Static_assert(sizeof(key_tables) / sizeof(key_tables[0]) == N_KEY_TABLES, "key_tables");
-
-/* The string fields of r, as pointers to the struct members; returns how many. */
-static int rec_strings(struct rec *r, const char **f[4])
+static int str_fields(struct store *s)
 {
-	switch (r->kind) {
-	case REC_PROCESS:
-		f[0] = &r->u.process.comm;
-		f[1] = &r->u.process.cmdline;
-		f[2] = &r->u.process.cgroup;
-		f[3] = &r->u.process.job_id;
-		return 4;
-	case REC_COMM:
-		f[0] = &r->u.comm.fn;
-		return 1;
-	case REC_COMM_DESTROY:
-		return 0;
-	case REC_COLLECTIVE:
-		f[0] = &r->u.collective.op;
-		f[1] = &r->u.collective.datatype;
-		f[2] = &r->u.collective.redop;
-		return 3;
-	case REC_CUDA:
-		f[0] = &r->u.cuda.api;
-		f[1] = &r->u.cuda.kind;
-		return 2;
-	case REC_OFFCPU:
-		f[0] = &r->u.offcpu.reason;
-		return 1;
-	case REC_TCP:
-		f[0] = &r->u.tcp.saddr;
-		f[1] = &r->u.tcp.daddr;
-		f[2] = &r->u.tcp.state;
-		return 3;
-	case REC_IB:
-		f[0] = &r->u.ib.device;
-		f[1] = &r->u.ib.counter;
-		return 2;
-	case REC_GROUP:
-		return 0;
-	case REC_KERNEL:
-		f[0] = &r->u.kernel.op;
-		return 1;
-	case REC_GPU:
-		f[0] = &r->u.gpu.uuid;
-		f[1] = &r->u.gpu.pci_bus_id;
-		return 2;
-	case REC_PROCESS_GPU:
-		f[0] = &r->u.process_gpu.gpu_uuid;
-		f[1] = &r->u.process_gpu.source;
-		return 2;
-	default:
-		return -1;
+	for (int k = REC_PROCESS; k <= REC_KIND_MAX; k++) {
+		const struct rec_table *t = &rec_tables[k];
+
+		for (int i = 0; i < t->ncol; i++) {
+			if (t->col[i].type != COL_TEXT)
+				continue;
+			if (s->nstr[k] == REC_STRINGS)
+				return -E2BIG;
+			s->str_off[k][s->nstr[k]++] = t->col[i].off;
+		}
 	}
+	return 0;
+}
+
+/* The string fields of r (a kind store_put accepts), as pointers to the struct members;
+ * returns how many. */
+static int rec_strings(const struct store *s, struct rec *r, const char **f[REC_STRINGS])
+{
+	int n = s->nstr[r->kind];
+
+	for (int i = 0; i < n; i++)
+		f[i] = (const char **)((char *)&r->u + s->str_off[r->kind][i]);
+	return n;
 }
 
 int store_put(struct store *s, const struct rec *r)
 {
-	const char **f[4];
-	size_t len[4], total = 0;
+	const char **f[REC_STRINGS];
+	size_t len[REC_STRINGS], total = 0;
 	struct slot *sl;
 	uint64_t pos, seq;
 	char *dst;
@@ -171,7 +140,7 @@ int store_put(struct store *s, const struct rec *r)
 	 * (or one allocation when they do not fit) and repoint the fields. */
 	sl->h.r = *r;
 	sl->h.heap = NULL;
-	n = rec_strings(&sl->h.r, f);
+	n = rec_strings(s, &sl->h.r, f);
 	for (i = 0; i < n; i++) {
 		len[i] = *f[i] ? strlen(*f[i]) + 1 : 0;
 		total += len[i];
@@ -367,56 +336,45 @@ static int txn_begin(struct store *s)
 	return SQLITE_OK;
 }
 
-/* The ts_ns field of r and its key_tables index, when r goes to a table keyed by time. */
-static int64_t *rec_key_ts(struct rec *r, int *table)
+/*
+ * The ts_ns field of r when r goes to a table keyed by time (rec_tables[]: ts_key; schema
+ * version 2): a row whose ts_ns is taken is moved to the next free nanosecond, never dropped.
+ */
+static int64_t *rec_key_ts(struct rec *r)
 {
-	switch (r->kind) {
-	case REC_COLLECTIVE:
-		*table = 0;
-		return &r->u.collective.ts_ns;
-	case REC_CUDA:
-		*table = 1;
-		return &r->u.cuda.ts_ns;
-	case REC_OFFCPU:
-		*table = 2;
-		return &r->u.offcpu.ts_ns;
-	case REC_TCP:
-		*table = 3;
-		return &r->u.tcp.ts_ns;
-	case REC_KERNEL:
-		*table = 4;
-		return &r->u.kernel.ts_ns;
-	default:
-		return NULL;
-	}
+	const struct rec_table *t = &rec_tables[r->kind];
+
+	return t->ts_key ? (int64_t *)((char *)&r->u + t->col[0].off) : NULL;
 }
 
 /*
- * The first ts_ns >= ts not taken in key table t: the end of the run of taken
- * nanoseconds that starts at ts, walked through the table's b-tree. Two events of
- * one nanosecond are rare; a run of them (a clock that stood still) costs one
- * query here rather than one failed insert per taken nanosecond.
+ * The first ts_ns >= ts not taken in the table of kind (a ts_key one): the end
+ * of the run of taken nanoseconds that starts at ts, walked through the table's
+ * b-tree. Two events of one nanosecond are rare; a run of them (a clock that
+ * stood still) costs one query here rather than one failed insert per taken
+ * nanosecond.
  */
-static int64_t key_next_free(struct store *s, int t, int64_t ts)
+static int64_t key_next_free(struct store *s, int kind, int64_t ts)
 {
+	const char *table = rec_tables[kind].name;
+	sqlite3_stmt **gap = &s->gap[kind];
 	char sql[256];
 	int64_t next = ts + 1;
 
-	if (!s->gap[t]) {
+	if (!*gap) {
 		snprintf(sql, sizeof(sql),
 			 "SELECT a.ts_ns + 1 FROM %s AS a WHERE a.ts_ns >= ?1 AND NOT EXISTS "
 			 "(SELECT 1 FROM %s AS b WHERE b.ts_ns = a.ts_ns + 1) "
 			 "ORDER BY a.ts_ns LIMIT 1",
-			 key_tables[t], key_tables[t]);
-		if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->gap[t],
-				       NULL) != SQLITE_OK)
+			 table, table);
+		if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, gap, NULL) !=
+		    SQLITE_OK)
 			return next;
 	}
-	sqlite3_bind_int64(s->gap[t], 1, ts);
-	if (sqlite3_step(s->gap[t]) == SQLITE_ROW &&
-	    sqlite3_column_type(s->gap[t], 0) == SQLITE_INTEGER)
-		next = sqlite3_column_int64(s->gap[t], 0);
-	sqlite3_reset(s->gap[t]);
+	sqlite3_bind_int64(*gap, 1, ts);
+	if (sqlite3_step(*gap) == SQLITE_ROW && sqlite3_column_type(*gap, 0) == SQLITE_INTEGER)
+		next = sqlite3_column_int64(*gap, 0);
+	sqlite3_reset(*gap);
 	return next > ts ? next : ts + 1;
 }
 
@@ -427,15 +385,15 @@ static int64_t key_next_free(struct store *s, int t, int64_t ts)
  */
 static int step_rec(struct store *s, struct rec *r, sqlite3_stmt *st)
 {
-	int rc = step_reset(st), t;
+	int rc = step_reset(st);
 	int64_t *ts;
 
-	if (rc != SQLITE_CONSTRAINT_PRIMARYKEY || !(ts = rec_key_ts(r, &t)))
+	if (rc != SQLITE_CONSTRAINT_PRIMARYKEY || !(ts = rec_key_ts(r)))
 		return rc;
 	for (int tries = 0; rc == SQLITE_CONSTRAINT_PRIMARYKEY && *ts < INT64_MAX; tries++) {
 		/* the next nanosecond first: usually free; else skip the whole run */
-		*ts = tries ? key_next_free(s, t, *ts) : *ts + 1;
-		sqlite3_bind_int64(st, 1, *ts);
+		*ts = tries ? key_next_free(s, r->kind, *ts) : *ts + 1;
+		sqlite3_bind_int64(st, 1, *ts); /* ts_ns is ?1 (rec_key_ts) */
 		rc = step_reset(st);
 	}
 	if (rc == SQLITE_OK)
@@ -636,6 +594,12 @@ struct store *store_open(const struct store_opts *o, char **cause)
 		s->ring[i].h.heap = NULL;
 	}
 	atomic_init(&s->wake_at, s->batch_rows < 1024 ? (uint64_t)s->batch_rows : 1024);
+	err = str_fields(s);
+	if (err) {
+		fq_fail(cause, 0, "a record kind has more strings than a trace store slot holds "
+				  "(%d): a defect of this agent, report it", REC_STRINGS);
+		goto fail;
+	}
 
 	err = store_setup_db(s, o, cause);
 	if (err)
@@ -769,7 +733,7 @@ void store_close(struct store *s)
 	ckpt_stop(s);
 	for (int i = 0; i < ST_MAX; i++)
 		sqlite3_finalize(s->st[i]);
-	for (size_t i = 0; i < N_KEY_TABLES; i++)
+	for (int i = 0; i <= REC_KIND_MAX; i++)
 		sqlite3_finalize(s->gap[i]);
 	if (s->db) {
 		/* leaves the file checkpointed, and the -wal removed, for readers */

@@ -2,9 +2,9 @@
 /*
  * The store's insides, shared by its files (agentd/store.h is the interface):
  *   store.c         the ring, store_put, the batching writer thread, meta, open/close
- *   store_sql.c     the statements the writer runs and the binding of records to them
+ *   store_sql.c     the record kinds' tables, the statements the writer runs, the binding
  *   store_setup.c   opening the file: whose it is, its schema, pragmas, start-up meta
- *   store_schema.c  the INSERTs' columns checked against the file's tables
+ *   store_schema.c  the kinds' tables checked against the file's
  *   store_ckpt.c    the checkpointer thread
  *   store_retain.c  retention by age and by size
  */
@@ -28,30 +28,57 @@
  * pages; journal_size_limit then truncates it) */
 #define CKPT_WAIT_PAGES 8192
 
+/* The most strings (TEXT columns) a record carries: rec_process' four */
+#define REC_STRINGS 4
+
 /* The store's file and its -wal and -shm, whose inodes store_roll.c follows */
 #define ROLL_FILES 3
 
-/* Tables keyed by ts_ns: key_tables[] in store.c */
-#define N_KEY_TABLES 5
-
+/* The writer's statements: four fixed ones, then one per record kind (ST_REC_KIND) */
 enum {
 	ST_BEGIN,
 	ST_COMMIT,
 	ST_ROLLBACK,
 	ST_META,
-	ST_PROCESS,
-	ST_COMM,
-	ST_COMM_DESTROY,
-	ST_COLLECTIVE,
-	ST_CUDA,
-	ST_OFFCPU,
-	ST_TCP,
-	ST_IB,
-	ST_GROUP,
-	ST_KERNEL,
-	ST_GPU,
-	ST_PROCESS_GPU,
-	ST_MAX
+	ST_REC,
+	ST_MAX = ST_REC + REC_KIND_MAX
+};
+#define ST_REC_KIND(kind) (ST_REC - REC_PROCESS + (kind))
+
+/*
+ * The record kinds' tables (store_sql.c: rec_tables[]), the one place that names their
+ * columns: each column's name, how its field is stored, where the field is in the kind's
+ * struct of records.h. The writer's INSERTs are built from them when the store opens,
+ * binding is one loop over them, and store_schema.c checks them against the file's tables.
+ */
+enum col_type {
+	COL_I64,  /* int64_t; REC_NULL is NULL */
+	COL_I32,  /* int32_t; REC_NULL32 is NULL */
+	COL_TEXT, /* const char *; NULL is NULL */
+	COL_HASH, /* char[17], 16 hex digits; "" is NULL */
+};
+
+struct rec_col {
+	const char *name;
+	uint16_t off; /* of the field in the kind's struct */
+	uint8_t type; /* enum col_type */
+};
+
+enum rec_conflict {
+	CONFLICT_FAIL,     /* INSERT: a taken key fails the row (see ts_key) */
+	CONFLICT_IGNORE,   /* INSERT OR IGNORE: the first row of a key stays */
+	CONFLICT_COALESCE, /* ON CONFLICT (the first nkey columns) DO UPDATE SET every other
+			    * column to coalesce(excluded.column, column): NULL fields of a
+			    * later record leave what is stored */
+};
+
+struct rec_table {
+	const char *name;
+	const struct rec_col *col; /* in the order of the statement's parameters ?1, ?2, ... */
+	const char *sql;           /* the statement when it is not the INSERT the table makes */
+	uint16_t size;             /* of the kind's struct (tests: every field has its column) */
+	uint8_t ncol, nkey, conflict;
+	bool ts_key; /* col[0] is ts_ns, the INTEGER PRIMARY KEY: a taken one is moved on */
 };
 
 struct meta_kv {
@@ -76,6 +103,10 @@ struct store {
 
 	struct slot *ring; /* store.c */
 	uint64_t mask;
+	/* per record kind, the offsets of its string fields in its struct (rec_tables[]' TEXT
+	 * columns), which store_put copies into the slot */
+	uint16_t str_off[REC_KIND_MAX + 1][REC_STRINGS];
+	uint8_t nstr[REC_KIND_MAX + 1];
 	int batch_rows;
 	int64_t batch_ns;
 	int64_t retain_bytes, retain_age_s;
@@ -84,7 +115,8 @@ struct store {
 
 	sqlite3 *db;
 	sqlite3_stmt *st[ST_MAX];
-	sqlite3_stmt *gap[N_KEY_TABLES]; /* first free ts_ns at or after ?1, made when needed */
+	sqlite3_stmt *gap[REC_KIND_MAX + 1]; /* ts_key kinds: first free ts_ns >= ?1, made when
+					      * needed */
 	pthread_t thread;
 	bool thread_started;
 	sqlite3 *ckpt_db; /* the checkpointer's connection, or NULL: the writer checkpoints */
@@ -145,18 +177,22 @@ void write_failed(struct store *s, int rc);
 void stop_thread(struct store *s, pthread_t thread, bool *started, bool *stop,
 		 pthread_cond_t *wake);
 
-/* store_sql.c */
-extern const char *const stmt_sql[ST_MAX];
+/* store_sql.c: the fixed statements, the kinds' tables by enum rec_kind, the statement of
+ * table t (malloc'd; NULL: out of memory), and r bound to its statement (returned) */
+extern const char *const stmt_sql[ST_REC];
+extern const struct rec_table rec_tables[REC_KIND_MAX + 1];
+char *rec_table_sql(const struct rec_table *t);
 sqlite3_stmt *bind_rec(struct store *s, const struct rec *r);
 
 /* store_setup.c: opens the file and prepares the statements; 0 or -errno with *cause */
 int store_setup_db(struct store *s, const struct store_opts *o, char **cause);
 
 /*
- * store_schema.c: every INSERT's column list against PRAGMA table_info of its table;
- * 0, or -errno with *cause naming the table and the column that disagree.
+ * store_schema.c: the columns of tabs (rec_tables, or a test's) against PRAGMA table_info
+ * of their tables; 0, or -errno with *cause naming the table and the column that disagree.
  */
-int store_schema_check(sqlite3 *db, const char *path, char **cause);
+int store_schema_check(sqlite3 *db, const char *path, const struct rec_table *tabs,
+		       char **cause);
 
 /* store_ckpt.c */
 void ckpt_request(struct store *s, bool wait);

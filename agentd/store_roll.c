@@ -158,7 +158,7 @@ static void roll_close(struct store *s)
 		sqlite3_finalize(s->st[i]);
 		s->st[i] = NULL;
 	}
-	for (size_t i = 0; i < N_KEY_TABLES; i++) {
+	for (int i = 0; i <= REC_KIND_MAX; i++) {
 		sqlite3_finalize(s->gap[i]);
 		s->gap[i] = NULL;
 	}

@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The writer's INSERTs (store_sql.c) against the file's tables: the schema is
- * written in sql/schema.sql (and its in-place upgrades), in records.h, in the
- * INSERT text and in the binding. A column the schema has and no INSERT names
- * would be stored NULL in every row without a word; one an INSERT names and
- * the table lacks would fail every row. Both are refused when the store opens,
- * naming the table and the column. Every store_open runs this, so a column
- * added to schema.sql alone fails the store tests.
+ * The record kinds' tables (store_sql.c: rec_tables[], from which the writer's
+ * INSERTs are built and its records bound) against the file's tables, made
+ * from sql/schema.sql and its in-place upgrades. A column the file has and no
+ * statement writes would be stored NULL in every row without a word; one a
+ * statement names and the table lacks would fail every row. Both are refused
+ * when the store opens, naming the table and the column. Every store_open
+ * runs this, so a column added to schema.sql alone, or misnamed in
+ * rec_tables[], fails the store tests.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <sqlite3.h>
@@ -20,53 +21,6 @@
 
 #define MAX_COLS 64
 #define NAME_LEN 64
-
-/* Columns that no INSERT writes, on purpose. */
-static const struct {
-	const char *table, *column;
-} unwritten[] = {
-	{ "comms", "destroyed_ns" }, /* set by the comm-destroy UPDATE */
-};
-
-struct insert_cols {
-	char *buf; /* a copy of the text after INTO, cut into the names below */
-	const char *table;
-	const char *col[MAX_COLS];
-	int ncol;
-};
-
-/* Cuts "INSERT [OR x] INTO t (a, b, ...) ..." into t and its column list. 0 or -errno. */
-static int insert_parse(const char *sql, struct insert_cols *in)
-{
-	const char *into = strstr(sql, " INTO ");
-	char *p, *end, *save = NULL, *w;
-
-	if (!into)
-		return -EINVAL;
-	in->buf = strdup(into + strlen(" INTO "));
-	if (!in->buf)
-		return -ENOMEM;
-	in->table = p = in->buf;
-	p = strchr(p, ' ');
-	if (!p || p[1] != '(' || !(end = strchr(p, ')')))
-		return -EINVAL;
-	*p = '\0';
-	*end = '\0';
-	for (w = strtok_r(p + 2, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
-		if (in->ncol == MAX_COLS)
-			return -E2BIG;
-		in->col[in->ncol++] = w;
-	}
-	return in->ncol ? 0 : -EINVAL;
-}
-
-static int is_unwritten(const char *table, const char *column)
-{
-	for (size_t i = 0; i < sizeof(unwritten) / sizeof(unwritten[0]); i++)
-		if (!strcmp(unwritten[i].table, table) && !strcmp(unwritten[i].column, column))
-			return 1;
-	return 0;
-}
 
 /* The columns of table, from PRAGMA table_info; how many, or -errno. */
 static int table_cols(sqlite3 *db, const char *table, char (*out)[NAME_LEN])
@@ -89,67 +43,66 @@ static int table_cols(sqlite3 *db, const char *table, char (*out)[NAME_LEN])
 	return rc == SQLITE_DONE ? n : -EIO;
 }
 
-/* One INSERT against its table; 0, or -errno with *cause naming the table and column. */
-static int check_insert(sqlite3 *db, const char *path, const char *sql, char **cause)
+/* Whether a statement of tabs writes column of table (comms.destroyed_ns: the UPDATE's) */
+static bool written(const struct rec_table *tabs, const char *table, const char *column)
 {
-	struct insert_cols in = { 0 };
-	char tcol[MAX_COLS][NAME_LEN];
-	int n, i, j, err;
+	for (int k = REC_PROCESS; k <= REC_KIND_MAX; k++) {
+		if (strcmp(tabs[k].name, table))
+			continue;
+		for (int i = 0; i < tabs[k].ncol; i++)
+			if (!strcmp(tabs[k].col[i].name, column))
+				return true;
+	}
+	return false;
+}
 
-	err = insert_parse(sql, &in);
-	if (err) {
-		fq_fail(cause, 0, "trace store '%s': cannot read the column list of '%.40s' "
-				  "(a defect of this agent: report it)", path, sql);
-		goto cleanup;
-	}
-	n = table_cols(db, in.table, tcol);
+/* One kind's table against the file's; 0, or -errno with *cause naming the table and column. */
+static int check_table(sqlite3 *db, const char *path, const struct rec_table *tabs,
+		       const struct rec_table *t, char **cause)
+{
+	char tcol[MAX_COLS][NAME_LEN];
+	int n, i, j;
+
+	n = table_cols(db, t->name, tcol);
 	if (n < 0) {
-		err = n;
 		fq_fail(cause, 0, "trace store '%s': cannot read the columns of table %s: %s; "
-				  "move the file aside and restart agentd", path, in.table,
+				  "move the file aside and restart agentd", path, t->name,
 			sqlite3_errmsg(db));
-		goto cleanup;
+		return n;
 	}
-	err = -EINVAL;
 	if (!n) {
 		fq_fail(cause, 0, "trace store '%s' has no table %s; move the file aside and "
-				  "restart agentd", path, in.table);
-		goto cleanup;
+				  "restart agentd", path, t->name);
+		return -EINVAL;
 	}
-	for (i = 0; i < n; i++) {
-		for (j = 0; j < in.ncol && strcmp(in.col[j], tcol[i]); j++)
-			;
-		if (j == in.ncol && !is_unwritten(in.table, tcol[i])) {
+	/* an UPDATE (t->sql) writes some columns of a table an INSERT fills */
+	for (i = 0; i < n && !t->sql; i++) {
+		if (!written(tabs, t->name, tcol[i])) {
 			fq_fail(cause, 0, "trace store '%s': column %s.%s is not written by this "
 					  "agent; move the file aside and restart agentd",
-				path, in.table, tcol[i]);
-			goto cleanup;
+				path, t->name, tcol[i]);
+			return -EINVAL;
 		}
 	}
-	for (j = 0; j < in.ncol; j++) {
-		for (i = 0; i < n && strcmp(in.col[j], tcol[i]); i++)
+	for (j = 0; j < t->ncol; j++) {
+		for (i = 0; i < n && strcmp(t->col[j].name, tcol[i]); i++)
 			;
 		if (i == n) {
 			fq_fail(cause, 0, "trace store '%s': table %s has no column %s, which this "
 					  "agent writes; move the file aside and restart agentd",
-				path, in.table, in.col[j]);
-			goto cleanup;
+				path, t->name, t->col[j].name);
+			return -EINVAL;
 		}
 	}
-	err = 0;
-cleanup:
-	free(in.buf);
-	return err;
+	return 0;
 }
 
-int store_schema_check(sqlite3 *db, const char *path, char **cause)
+int store_schema_check(sqlite3 *db, const char *path, const struct rec_table *tabs,
+		       char **cause)
 {
-	for (int i = 0; i < ST_MAX; i++) {
-		int err;
+	for (int k = REC_PROCESS; k <= REC_KIND_MAX; k++) {
+		int err = check_table(db, path, tabs, &tabs[k], cause);
 
-		if (strncmp(stmt_sql[i], "INSERT ", strlen("INSERT ")))
-			continue;
-		err = check_insert(db, path, stmt_sql[i], cause);
 		if (err)
 			return err;
 	}

@@ -167,12 +167,18 @@ int store_setup_db(struct store *s, const struct store_opts *o, char **cause)
 	}
 	if (err)
 		return err;
-	err = store_schema_check(s->db, o->path, cause);
+	err = store_schema_check(s->db, o->path, rec_tables, cause);
 	if (err)
 		return err;
 	for (int i = 0; i < ST_MAX; i++) {
-		rc = sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-					&s->st[i], NULL);
+		char *sql = NULL;
+
+		/* the record kinds' statements are built from their tables */
+		if (i >= ST_REC && !(sql = rec_table_sql(&rec_tables[i - ST_REC + REC_PROCESS])))
+			return -ENOMEM; /* store_open says so */
+		rc = sqlite3_prepare_v3(s->db, sql ? sql : stmt_sql[i], -1,
+					SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL);
+		free(sql);
 		if (rc != SQLITE_OK) {
 			fq_fail(cause, 0,
 				"trace store '%s' does not have the expected schema (%s); "

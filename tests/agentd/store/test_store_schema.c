@@ -4,12 +4,18 @@
  * from sql/schema.sql opens, and a record of every kind lands in it with no
  * drop; a trace whose table has a column the writer does not fill, or lacks one
  * it writes, is refused at open with one line naming the table and the column.
- * A column added to schema.sql but not to the INSERT text and the binding fails
- * here (and in every store test) before a row is stored NULL.
+ * A column added to schema.sql but not to the writer's column tables
+ * (store_sql.c: rec_tables[]) fails here (and in every store test) before a row
+ * is stored NULL; a column misnamed in rec_tables[] is refused the same way; a
+ * field of a record struct that no column names, or a ts_ns-keyed table whose
+ * first column is not its key, fails the layout checks below.
  */
+#include <errno.h>
+#include <stdalign.h>
 #include <unistd.h>
 
 #include "store.h"
+#include "store_int.h"
 #include "store_test.h"
 
 /* A trace made by the store itself, then altered by sql. */
@@ -119,6 +125,148 @@ static void every_kind(const char *path)
 	free(cause);
 }
 
+/* store_schema_check of path against rec_tables[] with kind's column from renamed to
+ * name (or, from NULL, name added as a column), as a misnamed table would be */
+static void misnamed(const char *path, int kind, const char *from, const char *name,
+		     const char *const *want)
+{
+	struct rec_table tabs[REC_KIND_MAX + 1];
+	struct rec_col col[64];
+	const struct rec_table *t = &rec_tables[kind];
+	char *cause = NULL;
+	sqlite3 *db;
+	int i = 0;
+
+	memcpy(tabs, rec_tables, sizeof(tabs));
+	if (t->ncol >= 64)
+		DIE("rec_tables[%d]: too many columns for this test", kind);
+	memcpy(col, t->col, t->ncol * sizeof(col[0]));
+	tabs[kind].col = col;
+	if (from) {
+		while (i < t->ncol && strcmp(col[i].name, from))
+			i++;
+		if (i == t->ncol)
+			DIE("rec_tables[%d] has no column %s", kind, from);
+	} else {
+		col[i = tabs[kind].ncol++] = col[0];
+	}
+	col[i].name = name;
+	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+		DIE("cannot open %s", path);
+	/* the tables as they are agree with the file ... */
+	CHECK_EQ(store_schema_check(db, path, rec_tables, NULL), 0);
+	/* ... and the altered ones do not, in one line that names the column */
+	CHECK_EQ(store_schema_check(db, path, tabs, &cause), -EINVAL);
+	for (; *want; want++) {
+		if (!cause || !strstr(cause, *want)) {
+			fprintf(stderr, "%s: cause '%s' lacks '%s'\n", name,
+				cause ? cause : "(none)", *want);
+			check_failures++;
+		}
+	}
+	CHECK(!cause || !strchr(cause, '\n'));
+	sqlite3_close(db);
+	free(cause);
+}
+
+static size_t col_size(int type)
+{
+	switch (type) {
+	case COL_I64:
+		return sizeof(int64_t);
+	case COL_I32:
+		return sizeof(int32_t);
+	case COL_TEXT:
+		return sizeof(const char *);
+	default:
+		return sizeof(((struct rec_comm *)0)->comm_hash);
+	}
+}
+
+static size_t col_align(int type)
+{
+	switch (type) {
+	case COL_I64:
+		return alignof(int64_t);
+	case COL_I32:
+		return alignof(int32_t);
+	case COL_TEXT:
+		return alignof(const char *);
+	default:
+		return 1;
+	}
+}
+
+static int by_off(const void *a, const void *b)
+{
+	return (int)((const struct rec_col *)a)->off - (int)((const struct rec_col *)b)->off;
+}
+
+/*
+ * Every field of every record struct has its column: the columns, in the order of their
+ * fields, leave no gaps in the struct but the padding their alignment needs. A field that
+ * no column names would leave a gap of its size.
+ */
+static void every_field(void)
+{
+	for (int k = REC_PROCESS; k <= REC_KIND_MAX; k++) {
+		const struct rec_table *t = &rec_tables[k];
+		struct rec_col col[64];
+		size_t end = 0, al = 1;
+
+		CHECK(t->name && t->ncol > 0 && t->ncol <= 64 && t->size > 0);
+		if (!t->name || t->ncol <= 0 || t->ncol > 64)
+			continue;
+		memcpy(col, t->col, t->ncol * sizeof(col[0]));
+		qsort(col, t->ncol, sizeof(col[0]), by_off);
+		for (int i = 0; i < t->ncol; i++) {
+			size_t a = col_align(col[i].type);
+
+			if (col[i].off < end) {
+				fprintf(stderr, "%s: column %s shares its field with another\n",
+					t->name, col[i].name);
+				check_failures++;
+			} else if (col[i].off != (end + a - 1) / a * a) {
+				fprintf(stderr, "%s: %zu bytes before column %s have no column\n",
+					t->name, col[i].off - end, col[i].name);
+				check_failures++;
+			}
+			end = col[i].off + col_size(col[i].type);
+			al = a > al ? a : al;
+		}
+		if (t->size != (end + al - 1) / al * al) {
+			fprintf(stderr, "%s: %zu bytes after column %s have no column\n", t->name,
+				(size_t)t->size - end, col[t->ncol - 1].name);
+			check_failures++;
+		}
+		/* a ts_ns-keyed table: the writer moves ?1 on a taken key */
+		if (t->ts_key)
+			CHECK_STR(t->col[0].name, "ts_ns");
+	}
+}
+
+/* The tables the writer moves a taken ts_ns on are those keyed by it in the file. */
+static void ts_keys(const char *path)
+{
+	sqlite3 *db = test_reader(path);
+
+	for (int k = REC_PROCESS; k <= REC_KIND_MAX; k++) {
+		const struct rec_table *t = &rec_tables[k];
+		char sql[256];
+
+		snprintf(sql, sizeof(sql),
+			 "SELECT count(*) FROM pragma_table_info('%s') WHERE pk AND name = 'ts_ns' "
+			 "AND type = 'INTEGER' AND (SELECT count(*) FROM pragma_table_info('%s') "
+			 "WHERE pk) = 1", t->name, t->name);
+		if (test_i64(db, sql) != (t->ts_key ? 1 : 0)) {
+			fprintf(stderr, "%s: ts_key %d, but the file says otherwise\n", t->name,
+				t->ts_key);
+			check_failures++;
+		}
+	}
+	sqlite3_close(db);
+}
+
 int main(void)
 {
 	char *dir = test_tmpdir(), p[512];
@@ -146,6 +294,24 @@ int main(void)
 	snprintf(p, sizeof(p), "%s/reopen.db", dir);
 	make(p, "SELECT 1");
 	every_kind(p);
+
+	/* a column misnamed in the writer's tables */
+	misnamed(p, REC_COLLECTIVE, "busy_ns", "busy",
+		 (const char *const[]){ "collectives.busy_ns", "is not written by this agent",
+					NULL });
+	misnamed(p, REC_GPU, "gpu_uuid", "uuid",
+		 (const char *const[]){ "gpu_samples.gpu_uuid", NULL });
+	/* ... the UPDATE's column too */
+	misnamed(p, REC_COMM_DESTROY, "destroyed_ns", "destroyed",
+		 (const char *const[]){ "comms.destroyed_ns", "is not written", NULL });
+	/* a column the writer's tables name that the file lacks */
+	misnamed(p, REC_PROCESS_GPU, NULL, "extra",
+		 (const char *const[]){ "table process_gpus has no column extra", NULL });
+	misnamed(p, REC_COMM_DESTROY, NULL, "destroyed",
+		 (const char *const[]){ "table comms has no column destroyed", NULL });
+
+	every_field();
+	ts_keys(p);
 
 	test_rmrf(dir);
 	if (check_failures)
