@@ -20,7 +20,7 @@ extern const char fq_embedded_stragglers_node[], fq_embedded_stragglers_merge[];
 extern const char fq_embedded_netcheck_node[], fq_embedded_netcheck_merge[];
 extern const char fq_embedded_timeline_node[], fq_embedded_timeline_merge[];
 extern const char fq_embedded_why_node[], fq_embedded_why_merge[];
-extern const char fq_embedded_jobproc[], fq_embedded_wincut[];
+extern const char fq_embedded_jobproc[], fq_embedded_wincut[], fq_embedded_collkeys[];
 
 static const struct {
 	const char *name;
@@ -36,6 +36,7 @@ static const struct {
 	{ "why.merge.sql", fq_embedded_why_merge },
 	{ "jobproc.sql", fq_embedded_jobproc },
 	{ "wincut.sql", fq_embedded_wincut },
+	{ "collkeys.sql", fq_embedded_collkeys },
 };
 
 /* The whole file, or NULL with errno (ENOENT when it does not exist). */

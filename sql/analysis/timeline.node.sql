@@ -34,6 +34,7 @@ prm AS (
 ),
 -- the job's processes, each over its own life, not its pid (pids are reused)
 -- include: jobproc.sql
+-- include: collkeys.sql
 -- include: wincut.sql
 -- the window, two ways in, so that neither reads more than it keeps: by time through a range
 -- of the table's key ts_ns from :since_ns on; by seq through collectives_comm_seq from the cut on
