@@ -35,25 +35,7 @@ prm AS (
 -- the job's processes, each over its own life, not its pid (pids are reused)
 -- include: jobproc.sql
 -- include: collkeys.sql
-newest AS (
-	SELECT m.comm_hash,
-	       max((SELECT max(y.seq) FROM collectives y
-		    WHERE y.comm_hash = m.comm_hash AND y.seq >= m.seq AND y.seq < m.seq + 64
-		      AND y.pid = m.pid AND y.rank IS m.rank AND y.op NOT IN ('Send', 'Recv'))) AS seq
-	FROM mark m
-	GROUP BY m.comm_hash
-),
--- the window: two ways in, chosen per communicator, as in stragglers.node.sql
-cut AS (
-	SELECT n.comm_hash, n.seq - prm.max_seqs AS seq,
-	       prm.since_ns <= 0
-	       OR (prm.max_seqs IS NOT NULL
-		   AND coalesce((SELECT y.ts_ns FROM collectives y
-				 WHERE y.comm_hash = n.comm_hash AND y.seq = n.seq - prm.max_seqs
-				   AND y.op NOT IN ('Send', 'Recv')
-				 LIMIT 1), 0) >= prm.since_ns) AS by_seq
-	FROM prm CROSS JOIN newest n
-),
+-- include: wincut.sql
 win AS (
 	SELECT c.ts_ns, c.dur_ns, c.pid, c.tid, c.comm_hash, c.rank, c.nranks, c.seq, c.sync_ns
 	FROM prm CROSS JOIN coll c CROSS JOIN cut u

@@ -1,6 +1,7 @@
 -- SPDX-License-Identifier: MIT
--- wincut.sql: CTEs of the WITH list of stragglers.node.sql and timeline.node.sql (the same
--- rule in both), put in place of their line "-- include: wincut.sql" as jobproc.sql is.
+-- wincut.sql: CTEs of the WITH list of stragglers.node.sql, timeline.node.sql and
+-- netcheck.node.sql (the same rule in all three), put in place of their line
+-- "-- include: wincut.sql" as jobproc.sql is.
 -- Needs prm (since_ns, job, comm, max_seqs), jobproc and collkeys.sql's coll, keys and
 -- mark before it. Defines last (the newest collective of every communicator, rank and
 -- process), newest and cut (per communicator, the seq after which its window starts, and
