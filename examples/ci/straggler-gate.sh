@@ -14,7 +14,7 @@
 #   2  usage or configuration error (this script's, or fleetq's)
 #
 # usage: straggler-gate.sh --hosts FILE [--job ID] [--since DUR] [--report FILE]
-#                          [-- more fleetq options, e.g. --threshold 5 --min-coverage 0.9]
+#                          [-- more fleetq options, e.g. --min-effect 5 --min-coverage 0.9]
 # Environment: FLEETQ (the binary, default fleetq), FLEETQ_CA, FLEETQ_CERT, FLEETQ_KEY (else
 # fleetq's config file supplies them), FLEETQ_INSECURE=1 (loopback agents only).
 #
