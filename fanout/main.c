@@ -109,7 +109,7 @@ static const char usage_text[] =
 	"                           node reads, whatever --since says\n"
 	"  --threshold Z            robust z-score that counts as deviant (default 3.5)\n"
 	"  --min-effect PCT         stragglers: name a rank only when its peers lost at least\n"
-	"                           PCT%% of the span to it (default 3; 5 for a pair of ranks)\n"
+	"                           PCT% of the span to it (default 3; 5 for a pair of ranks)\n"
 	"  --all                    every rank (stragglers) or every counter (netcheck)\n"
 	"  --show-sql               print the node and merge SQL with their parameters, exit\n"
 	"  --bars[=WHEN]            stragglers: after the report, a bar per rank and signal\n"

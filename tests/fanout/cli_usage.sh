@@ -53,6 +53,9 @@ usage_error "'--since' does not apply to 'query'" -w a "SELECT 1" --since 5m
 usage_error "'ping' takes no arguments (extra 'x')" -w a ping x
 usage_error "--comm: invalid communicator 'xyz'" -w a stragglers --comm xyz
 usage_error "--threshold: invalid z-score '-1'" -w a netcheck --threshold -1
+usage_error "--min-effect: invalid share '0'" -w a stragglers --min-effect 0
+usage_error "--min-effect: invalid share '100'" -w a stragglers --min-effect 100
+usage_error "'--min-effect' does not apply to 'netcheck'" -w a netcheck --min-effect 3
 usage_error "--pings: invalid count '100'" --pings 100 -w a "SELECT 1"
 usage_error "no hosts" stragglers
 usage_error "--ca" stragglers -w gpu01
