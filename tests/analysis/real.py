@@ -58,7 +58,7 @@ CASES = {
     "blk2-clean1": (None, 0.0),   # named at 3.2 % on wait
     "fsdp2-clean1": (None, 0.0),  # FSDP (fully_shard per layer), named at 3.2 % on lateness
     # 4 x H200 (BENCHMARKS.md "round 8"), whole phases as fleetq saw them live. A transformer
-    # language model (train.py --model gpt: 12 blocks of 1024, ~29 DDP buckets a step), never
+    # language model (train.py --model gpt: 12 blocks of 1024, 20 DDP buckets a step), never
     # tuned on: clean, and rank 1's GPU 10 % slower (named live at 4.0 %, over :min_effect)
     "gpt-clean1": (None, 0.0),
     "gpt-gpu10": (1, 2.6),
