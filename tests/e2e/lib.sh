@@ -3,9 +3,10 @@
 # on top of tests/lib.sh's scratch folder, cleanup and waits, certificates under $T, real
 # agentd processes on 127.0.0.1 with free ports, and fleetq with the test client's.
 #
-# Callers set FLEETQ, AGENTD, TRACEGEN, MKCERTS (CMake passes them) and source this.
+# Callers set FLEETQ, AGENTD, TRACEGEN, MKCERTS (CMake passes them) and source this; a
+# script outside tests/ sets FQ_TESTS to the tests folder first.
 
-. "$(dirname "$0")/../lib.sh"
+. "${FQ_TESTS:-$(dirname "$0")/..}/lib.sh"
 set -u
 # No user or system config file leaks into a test.
 export FLEETQ_CONFIG=/dev/null
