@@ -40,7 +40,7 @@ $MEM|deadline	$(series 100000000) SELECT length(group_concat(hex(randomblob(100)
 $MEM|deadline	$(series 100000000) SELECT length(group_concat(zeroblob(1000))) FROM s
 $MEM|deadline	$(series 100000000) SELECT median(i) FROM s
 $MEM|deadline	$(series 100000000) SELECT sum(length(b)) FROM (SELECT randomblob(1000) AS b FROM s ORDER BY 1)
-$MEM|deadline	$(series 3000) SELECT a.i, b.i FROM s a, s b ORDER BY randomblob(64) LIMIT 1
+$MEM|deadline	$(series 10000) SELECT a.i, b.i FROM s a, s b ORDER BY randomblob(64) LIMIT 1
 $MEM|deadline	$bomb
 SQL
 
