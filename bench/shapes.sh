@@ -4,31 +4,42 @@
 # fleetq's plugin; tests/standin/live-agents.sh): an 8-rank DDP-shaped fq-workload (four
 # bucket all-reduces a step from a second thread), blocking and not, a sync every step or
 # every 20, a slower GPU, a sleeping and a spinning rank; then clean jobs under load (one CPU
-# hog per core outside the job's cgroups). One line per job: case, planted rank, fleetq's
-# exit, the first named rank and its effect. Not a test: it records hits, misses and false
-# positives for BENCHMARKS.md.
-# usage: bench/shapes.sh   (as root; env as ctest gives stragglers_live-ddp: FLEETQ, AGENTD,
-#   TRACEGEN, MKCERTS, STANDIN, PLUGIN, FLEETQ_SQL_DIR; e.g. from `ctest -R stragglers_live-ddp -V`)
+# hog per core outside the job's cgroups); then pipelines (--shape pipeline: 2 stages of 4
+# data-parallel ranks, and 4 stages of 2; Send/Recv on a 2-rank communicator per link, an
+# all-reduce per stage), faults on first, middle and last stages. One line per job: case,
+# planted rank, fleetq's exit, the first named rank and its effect, the job's wall time (its
+# loss: against the clean job of its shape, and as noisy as this machine). Not a test: it records
+# hits, misses and false positives for BENCHMARKS.md.
+# usage: bench/shapes.sh [ddp] [load] [pipe]   (default: all three; as root; env as ctest gives
+#   stragglers_live-ddp: FLEETQ, AGENTD, TRACEGEN, MKCERTS, STANDIN, PLUGIN, FLEETQ_SQL_DIR;
+#   e.g. from `ctest -R stragglers_live-ddp -V`); SHAPES_KEEP=DIR: the agents' trace files are
+#   copied there at the end (job ids: CASE-<pid of this script>)
 here=$(cd "$(dirname "$0")" && pwd)
 export FQ_TESTS=$here/../tests
 . "$here/../tests/e2e/lib.sh"
 . "$here/../tests/standin/live-agents.sh"
 live_agents fqshapes
 
-job() { # NAME PLANTED fq-workload-args...
-	local case=$1 name=$1-$$ planted=$2 line
+sections=${*:-ddp load pipe}
+want() { case " $sections " in *" $1 "*) return 0 ;; esac; return 1; }
+
+job() { # NAME PLANTED fq-workload-args... (a --shape among them replaces ddp)
+	local case=$1 name=$1-$$ planted=$2 line t0=$(date +%s%N)
 	shift 2
 	NCCL_PROFILER_PLUGIN=$PLUGIN "$STANDIN/fq-workload" --ranks 8 --steps 120 --shape ddp \
 		--buckets 4 --step-us 1000 --kernel-us 4000 --job-id "$name" --cgroup-parent "$CG" \
 		--cgroups 4 "$@" >"$T/$name.log" 2>&1 || { echo "$name: fq-workload failed"; return; }
+	t0=$(( ($(date +%s%N) - t0) / 1000000 )) # the job's wall time, ms
 	sleep 2 # the agents store the job's last collectives
 	fq -w "$HOSTS" stragglers --since 5m --job "$name"
 	line=$(sed -n 's/^straggler: rank \([0-9]*\) .*(costs its peers \(.*\) of the span)$/\1 (\2)/p' \
 		"$T/out" | head -n 1)
-	printf '%s\t%s\t%s\t%s\n' "$case" "$planted" "$RC" "${line:--}"
+	# (no verdict: what fleetq said instead)
+	[ "$RC" -le 1 ] || line="no verdict: $(head -n 1 "$T/out")"
+	printf '%s\t%s\t%s\t%s\t%s\n' "$case" "$planted" "$RC" "${line:--}" "$t0"
 }
-printf 'case\tplanted\texit\tnamed (effect)\n'
-for b in "" --blocking; do
+printf 'case\tplanted\texit\tnamed (effect)\tjob_ms\n'
+want ddp && for b in "" --blocking; do
 	tag=${b:+blk-}
 	job "${tag}clean" - --sync-every 1 $b
 	job "${tag}gpu50" 3 --sync-every 1 --slow-rank 3 --slow-pct 50 --slow-kind gpu $b
@@ -37,6 +48,7 @@ for b in "" --blocking; do
 	job "${tag}gpu50s20" 5 --sync-every 20 --slow-rank 5 --slow-pct 50 --slow-kind gpu $b
 	job "${tag}clean-s20" - --sync-every 20 $b
 done
+want load && {
 hogs=()
 for _ in $(seq "$(nproc)") $(seq "$(nproc)"); do
 	timeout 300 sh -c 'while :; do :; done' &
@@ -47,3 +59,21 @@ for i in 1 2 3; do
 	job "load-clean-s20-$i" - --sync-every 20
 done
 kill "${hogs[@]}" 2>/dev/null
+}
+# pipelines: ranks are stage * dp + d
+want pipe && for P in 2 4; do
+	p=(--shape pipeline --stages $P)
+	job "pipe$P-clean" - "${p[@]}" --sync-every 1
+	job "pipe$P-clean-s20" - "${p[@]}" --sync-every 20
+	job "pipe$P-gpu50-r0" 0 "${p[@]}" --sync-every 1 --slow-rank 0 --slow-pct 50 --slow-kind gpu
+	job "pipe$P-stall100-r1" 1 "${p[@]}" --sync-every 1 --slow-rank 1 --slow-pct 100 --slow-kind stall
+	job "pipe$P-gpu50-r5" 5 "${p[@]}" --sync-every 1 --slow-rank 5 --slow-pct 50 --slow-kind gpu
+	job "pipe$P-busy50-r3" 3 "${p[@]}" --sync-every 1 --slow-rank 3 --slow-pct 50 --slow-kind busy
+	job "pipe$P-stall100-r7" 7 "${p[@]}" --sync-every 1 --slow-rank 7 --slow-pct 100 --slow-kind stall
+done
+if [ -n "${SHAPES_KEEP:-}" ]; then
+	sleep 1
+	mkdir -p "$SHAPES_KEEP" && for k in 0 1 2 3; do
+		sqlite3 "$T/node$k.db" ".backup '$SHAPES_KEEP/node$k.db'"
+	done
+fi

@@ -34,8 +34,8 @@
 --   rank, pid, nranks (declared), ranks (answering), verdict ('hung' | 'straggler' | 'ok'),
 --   signals (those that name it: late, wait, gpu; cpu when its CPU work also stands out),
 --   method ('mad': robust z across ranks; 'pair': 2 ranks, the difference over the floor),
---   effect_pct (the largest naming signal's effect: the share of the span its peers lost,
---   or its lateness as a share of the step), z_late, z_wait, z_gpu, z_cpu (oriented:
+--   effect_pct (the largest naming signal's effect, a pair's kernels' alone where known: the
+--   share of the span its peers lost, or its lateness as a share of the step), z_late, z_wait, z_gpu, z_cpu (oriented:
 --   positive = straggler-like), late_ms (median lateness per collective), wait_ms and
 --   peer_wait_ms (wait on the GPU per step: this rank, the communicator's median),
 --   gpu_op, gpu_ms and peer_gpu_ms (the collective kernel's median GPU time for the op that
@@ -372,20 +372,62 @@ hang AS (
 		   >= max(prm.hang_ns, 10 * coalesce(cs.step, 0)) / 2 AS hung
 	FROM lastr l JOIN lc USING (comm_hash) LEFT JOIN cs USING (comm_hash), prm
 ),
--- who waits on whom across Send/Recv (a pipeline's stages): each process's wait on the GPU
--- as a share of the span of its Send/Recv, and per process the least of (a peer's share
--- minus its own) over the peers it sends to or receives from. Below -:floor, some peer
--- waited less than it did: the rank is downstream of that peer's delay, which reaches it
--- through the Send/Recv and makes it late in its own communicators too (a stage's all-reduce)
+-- who waits on whom across Send/Recv (a pipeline's stages). A Recv waits on the GPU for its
+-- sender (a Send's data is buffered), so a rank whose Recv kernels took more of its span than
+-- those of the ranks doing the same work took, waited on its peers: it is downstream of
+-- their delay, which reaches it through the Send/Recv and makes it late in its own
+-- communicators too (a stage's all-reduce). "The same work": its siblings, the ranks of a
+-- communicator it is in that holds none of its Send/Recv peers (a stage's data-parallel
+-- group); the schedule makes every stage wait its own amount (in GPipe a stage-0 rank waits
+-- more than a stage-1 rank), siblings alike. Per process: its Recv share less its
+-- siblings' median, then per link the peer's excess less its own (d). Where a process or a
+-- peer has no plugin rows or no sibling: the CPU side's whole shares, its wait on the GPU
+-- (synchronize calls and the calls themselves) over its Send/Recv's span, peer's less its
+-- own, schedule and all. Below -:floor some peer waited less than it did
 pp AS (
 	SELECT node, pid, comm_hash, rank, gap_list AS peers,
-	       (by_seq ->> 0) * 1.0 / nullif(by_seq ->> 1, 0) AS share
+	       (by_seq ->> 0) * 1.0 / nullif(by_seq ->> 1, 0) AS share,
+	       by_seq ->> 2 AS rg, by_seq ->> 3 AS gs
 	FROM results WHERE kind = 'p2p'
 ),
-pl AS (
-	SELECT a.node, a.pid, min(b.share - a.share) AS d
+-- per process, over its Send/Recv communicators
+pgs AS (
+	SELECT node, pid, sum(rg) * 1.0 / nullif(max(gs), 0) AS rshare
+	FROM pp GROUP BY node, pid HAVING count(rg) > 0
+),
+-- processes joined by a Send/Recv
+plk AS (
+	SELECT DISTINCT a.node, a.pid, b.node AS pnode, b.pid AS ppid
 	FROM pp a CROSS JOIN json_each(a.peers) j
 	JOIN pp b ON b.comm_hash = a.comm_hash AND b.rank = j.value
+),
+-- the communicators each process takes part in, CPU side or plugin side
+mem AS (
+	SELECT DISTINCT node, pid, comm_hash FROM rk
+	UNION SELECT node, pid, comm_hash FROM results WHERE kind = 'kern'
+),
+sib AS (
+	SELECT DISTINCT a.node, a.pid, b.node AS snode, b.pid AS spid
+	FROM pgs a JOIN mem ma ON ma.node = a.node AND ma.pid = a.pid
+	JOIN mem mb ON mb.comm_hash = ma.comm_hash AND NOT (mb.node = a.node AND mb.pid = a.pid)
+	JOIN pgs b ON b.node = mb.node AND b.pid = mb.pid
+	WHERE NOT EXISTS (SELECT 1 FROM mem mc JOIN plk l ON l.pnode = mc.node AND l.ppid = mc.pid
+			  WHERE mc.comm_hash = ma.comm_hash AND l.node = a.node AND l.pid = a.pid)
+),
+pex AS (
+	SELECT a.node, a.pid, a.rshare - median(b.rshare) AS ex
+	FROM pgs a JOIN sib s ON s.node = a.node AND s.pid = a.pid
+	JOIN pgs b ON b.node = s.snode AND b.pid = s.spid
+	GROUP BY a.node, a.pid
+),
+pl AS (
+	SELECT a.node, a.pid,
+	       coalesce(min(eb.ex - ea.ex) FILTER (WHERE ea.ex IS NOT NULL AND eb.ex IS NOT NULL),
+			min(b.share - a.share)) AS d
+	FROM pp a CROSS JOIN json_each(a.peers) j
+	JOIN pp b ON b.comm_hash = a.comm_hash AND b.rank = j.value
+	LEFT JOIN pex ea ON ea.node = a.node AND ea.pid = a.pid
+	LEFT JOIN pex eb ON eb.node = b.node AND eb.pid = b.pid
 	WHERE a.share IS NOT NULL AND b.share IS NOT NULL
 	GROUP BY a.node, a.pid
 ),
@@ -411,11 +453,12 @@ v AS (
 	       -- where the GPU side is known it must see the rank arrive last too (a clean job
 	       -- on a loaded host has one rank's waits apart, its kernels like its peers'), and
 	       -- the kernels measure the lost time themselves: the proxy names a rank only where
-	       -- they say its peers lost :min_effect too (a clean FSDP job's rank, last to every
-	       -- all-gather by a little, had its peers wait 6.6 % more in synchronize, 2.2 % in
-	       -- the kernels)
+	       -- they say its peers lost what the communicator needs, :min_effect (:pair_effect
+	       -- for a pair) (a clean FSDP job's rank, last to every all-gather by a little, had
+	       -- its peers wait 6.6 % more in synchronize, 2.2 % in the kernels; a clean pipeline
+	       -- stage's rank, 9.6 % and 3.9 %)
 	       f.f_wait AND coalesce(g.z_gpu > prm.thr / 2, 1)
-	       AND coalesce(g.e_gpu >= prm.eff, 1) AS f_wait,
+	       AND coalesce(g.e_gpu >= g.eff_n, 1) AS f_wait,
 	       f.f_cpu,
 	       -- its CPU work stands out and its peers did not wait less than it: where
 	       -- contention blurs every wait, the work itself is the evidence (not for a pair:
@@ -465,8 +508,15 @@ w AS (
 		       coalesce(v.f_cpuv, 0) AS nsig,
 	       -- the effect is the peers' lost time: their kernels' wait where the GPU side is
 	       -- known, their synchronize waits, their CPU work's excess; lateness only where
-	       -- nothing else names the rank (a CPU running ahead of its GPU is late at no cost)
-	       CASE WHEN v.f_gpu OR v.f_wait OR v.f_cpuv
+	       -- nothing else names the rank (a CPU running ahead of its GPU is late at no cost).
+	       -- With a population, the largest of those that name it: the kernels' step-by-step
+	       -- measure misses a GPU slower all through its backward (each bucket waits a
+	       -- little; 3-5 % where the steps had doubled), the waits do not. A pair's waits
+	       -- differ by the pair's own asymmetry too (a pipeline's stage pair: 2-3 times what
+	       -- its kernels said, and the loss), so there the kernels alone, where known
+	       CASE WHEN v.gn = 2 AND v.z_gpu IS NOT NULL AND (v.f_gpu OR v.f_wait OR v.f_late)
+		    THEN coalesce(v.e_gpu, 0)
+		    WHEN v.f_gpu OR v.f_wait OR v.f_cpuv
 		    THEN max(iif(v.f_wait, v.e_wait, 0), iif(v.f_gpu, v.e_gpu, 0),
 			     iif(v.f_cpuv, v.e_cpu, 0))
 		    ELSE iif(v.f_late, v.e_late, 0) END AS eff_on,

@@ -29,8 +29,11 @@
 --             'p2p':  one per (comm_hash, rank, pid) with Send/Recv inside the window (from
 --                     :since_ns, or from the window's first collective), of the processes
 --                     of the 'rank' rows: n = its Send/Recv, ts_ns = the first one's enqueue,
---                     by_seq = [wait, span]: ns the process waited on the GPU over them (as
---                     below, summed) and ns from its first to its last; gap_list = JSON
+--                     by_seq = [wait, span, recv_gpu, gpu_span]: ns the process waited on
+--                     the GPU over them (as below, summed), ns from its first to its last,
+--                     and from fleetq's NCCL plugin (NULL without its Send/Recv rows) the
+--                     ns its Recv kernels took on the GPU (waiting for their senders) and
+--                     its Send/Recv kernels' span on the GPU's clock; gap_list = JSON
 --                     array of the peers it sent to or received from (ranks in comm_hash)
 --             'now':  one row, ts_ns = this node's current time, host = meta 'host_id'
 --                     (the kernel's boot id: nodes with the same one share a clock)
@@ -140,7 +143,15 @@ pw AS (
 	       coalesce(p.rank, (SELECT k.rank FROM nccl_kernels k
 				 WHERE k.ts_ns >= p.ts_ns AND k.pid = p.pid
 				   AND k.comm_hash = p.comm_hash LIMIT 1)) AS rank,
-	       p.nranks, p.pid, p.n, p.ts_ns, p.w, p.peers
+	       p.nranks, p.pid, p.n, p.ts_ns, p.peers,
+	       -- GPU side (the plugin's Send/Recv kernels, trace schema 5): the Recv kernels'
+	       -- time on this GPU (a Recv waits there for its sender; a Send's data is buffered)
+	       -- and the span of its Send/Recv kernels, on this GPU's own clock
+	       (SELECT json_insert(p.w, '$[#]', sum(iif(k.op = 'Recv', k.gpu_dur_ns, 0)),
+				   '$[#]', max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns))
+		FROM nccl_kernels k
+		WHERE k.ts_ns >= p.ts_ns AND k.pid = p.pid AND k.comm_hash = p.comm_hash
+		  AND k.op IN ('Send', 'Recv') AND k.gpu_dur_ns IS NOT NULL) AS w
 	FROM pw0 p
 )
 SELECT 'seq' AS kind, comm_hash, NULL AS rank, NULL AS nranks, NULL AS pid, NULL AS tid, seq,
