@@ -379,8 +379,9 @@ hang AS (
 -- communicators too (a stage's all-reduce). "The same work": its siblings, the ranks of a
 -- communicator it is in that holds none of its Send/Recv peers (a stage's data-parallel
 -- group); the schedule makes every stage wait its own amount (in GPipe a stage-0 rank waits
--- more than a stage-1 rank), siblings alike. Per process: its Recv share less its
--- siblings' median, then per link the peer's excess less its own (d). Where a process or a
+-- more than a stage-1 rank), siblings alike. Per process: its Recv share less the median
+-- of its largest such communicator (a pair: the other rank's share), then per link the
+-- peer's excess less its own (d). Where a process or a
 -- peer has no plugin rows or no sibling: the CPU side's whole shares, its wait on the GPU
 -- (synchronize calls and the calls themselves) over its Send/Recv's span, peer's less its
 -- own, schedule and all. Below -:floor some peer waited less than it did
@@ -406,19 +407,33 @@ mem AS (
 	SELECT DISTINCT node, pid, comm_hash FROM rk
 	UNION SELECT node, pid, comm_hash FROM results WHERE kind = 'kern'
 ),
-sib AS (
-	SELECT DISTINCT a.node, a.pid, b.node AS snode, b.pid AS spid
-	FROM pgs a JOIN mem ma ON ma.node = a.node AND ma.pid = a.pid
-	JOIN mem mb ON mb.comm_hash = ma.comm_hash AND NOT (mb.node = a.node AND mb.pid = a.pid)
-	JOIN pgs b ON b.node = mb.node AND b.pid = mb.pid
-	WHERE NOT EXISTS (SELECT 1 FROM mem mc JOIN plk l ON l.pnode = mc.node AND l.ppid = mc.pid
-			  WHERE mc.comm_hash = ma.comm_hash AND l.node = a.node AND l.pid = a.pid)
+-- its role communicators: those it takes part in that hold none of its Send/Recv peers (one
+-- lookup per peer, not a walk over every member)
+rc AS (
+	SELECT m.node, m.pid, m.comm_hash
+	FROM pgs a JOIN mem m ON m.node = a.node AND m.pid = a.pid
+	WHERE NOT EXISTS (SELECT 1 FROM plk l JOIN mem mc ON mc.node = l.pnode AND mc.pid = l.ppid
+			  WHERE l.node = a.node AND l.pid = a.pid AND mc.comm_hash = m.comm_hash)
 ),
+-- per role communicator, its members' Recv shares: how many, the median, the sum
+rcm AS (
+	SELECT mb.comm_hash, count(*) AS n, median(b.rshare) AS med, sum(b.rshare) AS tot
+	FROM (SELECT DISTINCT comm_hash FROM rc) r JOIN mem mb ON mb.comm_hash = r.comm_hash
+	JOIN pgs b ON b.node = mb.node AND b.pid = mb.pid
+	GROUP BY mb.comm_hash
+),
+-- per process, against its largest role communicator: the other rank of a pair, else the
+-- median (its own share among them moves a median of 3 or more little)
 pex AS (
-	SELECT a.node, a.pid, a.rshare - median(b.rshare) AS ex
-	FROM pgs a JOIN sib s ON s.node = a.node AND s.pid = a.pid
-	JOIN pgs b ON b.node = s.snode AND b.pid = s.spid
-	GROUP BY a.node, a.pid
+	SELECT node, pid, ex FROM (
+		SELECT a.node, a.pid,
+		       a.rshare - iif(c.n = 2, c.tot - a.rshare, c.med) AS ex,
+		       row_number() OVER (PARTITION BY a.node, a.pid ORDER BY c.n DESC,
+					  c.comm_hash) AS o
+		FROM pgs a JOIN rc r ON r.node = a.node AND r.pid = a.pid
+		JOIN rcm c ON c.comm_hash = r.comm_hash
+		WHERE c.n >= 2)
+	WHERE o = 1
 ),
 pl AS (
 	SELECT a.node, a.pid,

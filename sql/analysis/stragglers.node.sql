@@ -136,6 +136,19 @@ pw0 AS MATERIALIZED (
 				   WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))))
 	GROUP BY c.comm_hash, c.rank, c.pid
 ),
+-- GPU side (fleetq's plugin, trace schema 5): per process and communicator, its Recv kernels'
+-- time on the GPU (a Recv waits there for its sender; a Send's data is buffered) and the
+-- span of its Send/Recv kernels on that GPU's clock, from the same start as pw0; one pass
+-- over the window's kernels, however many processes
+pk AS (
+	SELECT k.pid, k.comm_hash, sum(iif(k.op = 'Recv', k.gpu_dur_ns, 0)) AS rg,
+	       max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns) AS gs
+	FROM prm CROSS JOIN nccl_kernels k
+	WHERE k.ts_ns >= max(prm.since_ns, coalesce((SELECT min(ts_ns) FROM win), 0))
+	  AND k.op IN ('Send', 'Recv') AND k.gpu_dur_ns IS NOT NULL AND k.comm_hash IS NOT NULL
+	  AND k.pid IN (SELECT pid FROM pw0)
+	GROUP BY k.pid, k.comm_hash
+),
 -- a communicator made by ncclCommSplit has no rank on the CPU side: the plugin's rows of
 -- that process and communicator (its Send/Recv too, trace schema 5) carry it
 pw AS (
@@ -144,15 +157,8 @@ pw AS (
 				 WHERE k.ts_ns >= p.ts_ns AND k.pid = p.pid
 				   AND k.comm_hash = p.comm_hash LIMIT 1)) AS rank,
 	       p.nranks, p.pid, p.n, p.ts_ns, p.peers,
-	       -- GPU side (the plugin's Send/Recv kernels, trace schema 5): the Recv kernels'
-	       -- time on this GPU (a Recv waits there for its sender; a Send's data is buffered)
-	       -- and the span of its Send/Recv kernels, on this GPU's own clock
-	       (SELECT json_insert(p.w, '$[#]', sum(iif(k.op = 'Recv', k.gpu_dur_ns, 0)),
-				   '$[#]', max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns))
-		FROM nccl_kernels k
-		WHERE k.ts_ns >= p.ts_ns AND k.pid = p.pid AND k.comm_hash = p.comm_hash
-		  AND k.op IN ('Send', 'Recv') AND k.gpu_dur_ns IS NOT NULL) AS w
-	FROM pw0 p
+	       json_insert(p.w, '$[#]', g.rg, '$[#]', g.gs) AS w
+	FROM pw0 p LEFT JOIN pk g ON g.pid = p.pid AND g.comm_hash = p.comm_hash
 )
 SELECT 'seq' AS kind, comm_hash, NULL AS rank, NULL AS nranks, NULL AS pid, NULL AS tid, seq,
        max(op) AS op, max(count) AS count, min(ts_ns) AS ts_ns, count(*) AS n,
