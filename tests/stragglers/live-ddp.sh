@@ -56,6 +56,18 @@ agent_of() {
 	cg=$(awk -F'\t' -v r="$2" '$1 == r && $4 == "cgroup" { print $8 }' "$T/$1.tsv")
 	echo "127.0.0.1:${PORT[${cg##*/node}]}"
 }
+# expect_first JOB RANK WHAT: fleetq exits 1 and names RANK of JOB first (its whole table
+# printed when it does not exit 1)
+expect_first() {
+	local rc
+	fq -w "$HOSTS" stragglers --since 5m --job "$1"
+	cat "$T/out"
+	rc=$RC
+	[ "$rc" = 1 ] || { fq -w "$HOSTS" stragglers --since 5m --job "$1" --all --format tsv; cat "$T/out"; RC=$rc; }
+	expect_rc 1 "$3"
+	head -n 1 "$T/out" | grep -q "^straggler: rank $2 on $(agent_of "$1" "$2") " ||
+		fail "$3: want rank $2 first: $(cat "$T/out")"
+}
 
 run clean-$$
 echo "clean job traced after ${SECONDS}s"
@@ -70,29 +82,16 @@ expect_rc 0 "live DDP clean job"
 
 run gpu-$$ --slow-rank 3 --slow-pct 50 --slow-kind gpu
 echo "gpu job traced after ${SECONDS}s"
-fq -w "$HOSTS" stragglers --since 5m --job gpu-$$
-cat "$T/out"
-[ "$RC" = 1 ] || { fq -w "$HOSTS" stragglers --since 5m --job gpu-$$ --all --format tsv; cat "$T/out"; }
-expect_rc 1 "live DDP slow GPU"
-head -n 1 "$T/out" | grep -q "^straggler: rank 3 on $(agent_of gpu-$$ 3) " ||
-	fail "want rank 3 first: $(cat "$T/out")"
+expect_first gpu-$$ 3 "live DDP slow GPU"
 grep -m 1 "signals that name it:" "$T/out" | grep -q "gpu" || fail "no gpu signal: $(cat "$T/out")"
 
 run stall-$$ --slow-rank 6 --slow-pct 100 --slow-kind stall
 echo "stall job traced after ${SECONDS}s"
-fq -w "$HOSTS" stragglers --since 5m --job stall-$$
-cat "$T/out"
-expect_rc 1 "live DDP stalled rank"
-head -n 1 "$T/out" | grep -q "^straggler: rank 6 on $(agent_of stall-$$ 6) " ||
-	fail "want rank 6 first: $(cat "$T/out")"
+expect_first stall-$$ 6 "live DDP stalled rank"
 
 SHAPE=pipeline run pipe-$$ --stages 2 --slow-rank 6 --slow-pct 100 --slow-kind stall
 echo "pipeline job traced after ${SECONDS}s"
-fq -w "$HOSTS" stragglers --since 5m --job pipe-$$
-cat "$T/out"
-expect_rc 1 "live pipeline stalled rank"
-head -n 1 "$T/out" | grep -q "^straggler: rank 6 on $(agent_of pipe-$$ 6) " ||
-	fail "want rank 6 first: $(cat "$T/out")"
+expect_first pipe-$$ 6 "live pipeline stalled rank"
 sed -n 2p "$T/out" | grep -q ", rank 2 in communicator " ||
 	fail "want its rank in the stage's communicator: $(sed -n 2p "$T/out")"
 # the pipeline's Send/Recv on the GPU side: each with its peer in its pair communicator,
@@ -106,10 +105,5 @@ got=$(tail -n 1 "$T/out" | tr -d '"')
 	fail "pipeline: Send/Recv kernel rows, rows without a peer: $got"
 SHAPE=pipeline run pipegpu-$$ --stages 2 --slow-rank 0 --slow-pct 50 --slow-kind gpu
 echo "pipeline slow GPU job traced after ${SECONDS}s"
-fq -w "$HOSTS" stragglers --since 5m --job pipegpu-$$
-cat "$T/out"
-[ "$RC" = 1 ] || { fq -w "$HOSTS" stragglers --since 5m --job pipegpu-$$ --all --format tsv; cat "$T/out"; }
-expect_rc 1 "live pipeline slow GPU on stage 0"
-head -n 1 "$T/out" | grep -q "^straggler: rank 0 on $(agent_of pipegpu-$$ 0) " ||
-	fail "want rank 0 first: $(cat "$T/out")"
+expect_first pipegpu-$$ 0 "live pipeline slow GPU on stage 0"
 echo "PASS after ${SECONDS}s"
