@@ -19,7 +19,10 @@ kernel is done (set by the caller; noted in the output).
 
 Phases (--phases, comma-separated NAME=KIND[:PCT][/sK]): KIND is clean, stall (the main
 thread sleeps PCT% of a step before its forward), busy (it spins on the CPU for that long)
-or gpu (extra matrix products on that rank's GPU, PCT% of the GPU's step); /sK syncs every
+or gpu (extra matrix products on that rank's GPU, PCT% of the GPU's step, queued before its
+forward: a delay once a step), or slow (the same work spread over the step: a few products
+after every layer's forward and backward, as a GPU slower all through the step is, a
+throttled one; not the pipeline); /sK syncs every
 K steps (loss.item(); default every step); @F starts the fault F of the way into the phase
 (0.33: after a third of its steps) and the planted rank writes the wall-clock time of the
 onset to ONSET_DIR/NAME (--onset-dir), for measuring time to detection. Each phase plants its fault on another rank
@@ -127,6 +130,23 @@ if a.model == "gpt":
     toks = [torch.randint(0, a.vocab, (a.batch, a.seq + 1), device="cuda", generator=g)
             for _ in range(4)]
 extra = torch.randn(2048, 2048, device="cuda")
+# the "slow" fault: extra products after every layer's forward and backward on this rank
+slow_n = [0]
+
+
+def slow_hook(*_):
+    for _ in range(slow_n[0]):
+        torch.mm(extra, extra)
+
+
+hooked = 0
+if a.shape != "pipeline":
+    for m in (model.module if a.shape == "ddp" else model).modules():
+        if isinstance(m, (torch.nn.Linear, torch.nn.TransformerEncoderLayer)) and \
+                not (a.model == "gpt" and isinstance(m, torch.nn.Linear)):
+            m.register_forward_hook(slow_hook)
+            m.register_full_backward_hook(slow_hook)
+            hooked += 1
 
 
 def parse_phase(spec):
@@ -184,7 +204,8 @@ def step(i, fault, sync_every):
         time.sleep(amount)
     elif kind == "busy" and amount > 0:
         spin(amount)
-    elif kind == "gpu" and amount > 0:
+    slow_n[0] = int(amount) if kind == "slow" else 0
+    if kind == "gpu" and amount > 0:
         for _ in range(int(amount)):
             torch.mm(extra, extra)
     if a.shape == "pipeline":
@@ -247,6 +268,11 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
         amount = p["pct"] / 100 * step_s
     elif p["kind"] == "gpu":
         amount = round(p["pct"] / 100 * step_s / mm_s)
+    elif p["kind"] == "slow":
+        if not hooked:
+            raise SystemExit("fq-train: slow is not for --shape pipeline")
+        # (a forward and a backward call a layer a step; at least one product a call)
+        amount = max(1, round(p["pct"] / 100 * step_s / mm_s / (2 * hooked)))
     fault = (p["kind"], amount if rank == target else 0)
     t0 = time.time()
     onset = int(p["onset"] * a.steps)
