@@ -140,7 +140,8 @@ def slow_hook(*_):
 
 
 hooked = 0
-if a.shape != "pipeline":
+# (only when a phase asks for it: tried under DDP, not under FSDP's sharded modules)
+if a.shape != "pipeline" and "=slow" in a.phases:
     for m in (model.module if a.shape == "ddp" else model).modules():
         if isinstance(m, (torch.nn.Linear, torch.nn.TransformerEncoderLayer)) and \
                 not (a.model == "gpt" and isinstance(m, torch.nn.Linear)):
@@ -271,6 +272,8 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
     elif p["kind"] == "slow":
         if not hooked:
             raise SystemExit("fq-train: slow is not for --shape pipeline")
+        if a.shape == "fsdp":
+            print("fq-train: slow under FSDP is untried", flush=True)
         # (a forward and a backward call a layer a step; at least one product a call)
         amount = max(1, round(p["pct"] / 100 * step_s / mm_s / (2 * hooked)))
     fault = (p["kind"], amount if rank == target else 0)
