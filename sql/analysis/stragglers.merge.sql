@@ -35,8 +35,8 @@
 --   signals (those that name it: late, wait, gpu; cpu when its CPU work also stands out),
 --   method ('mad': robust z across ranks; 'pair': 2 ranks, the difference over the floor),
 --   effect_pct (the largest naming signal's effect, a pair's kernels' alone where known: the
---   share of the span its peers lost, or its lateness as a share of the step), z_late, z_wait, z_gpu, z_cpu (oriented:
---   positive = straggler-like), late_ms (median lateness per collective), wait_ms and
+--   share of the span its peers lost, or its lateness as a share of the step), z_late,
+--   z_wait, z_gpu, z_cpu (oriented: positive = straggler-like), late_ms (median lateness per collective), wait_ms and
 --   peer_wait_ms (wait on the GPU per step: this rank, the communicator's median),
 --   gpu_op, gpu_ms and peer_gpu_ms (the collective kernel's median GPU time for the op that
 --   stands out most: this rank, its peers), cpu_ms and peer_cpu_ms (CPU work per step),
@@ -385,10 +385,10 @@ hang AS (
 -- group); the schedule makes every stage wait its own amount (in GPipe a stage-0 rank waits
 -- more than a stage-1 rank), siblings alike. Per process: its Recv share less the median
 -- of its largest such communicator (a pair: the other rank's share), then per link the
--- peer's excess less its own (d). Where a process or a
--- peer has no plugin rows or no sibling: the CPU side's whole shares, its wait on the GPU
--- (synchronize calls and the calls themselves) over its Send/Recv's span, peer's less its
--- own, schedule and all. Below -:floor some peer waited less than it did
+-- peer's excess less its own (d). Where a process or a peer has no plugin rows or no
+-- sibling: the CPU side's whole shares, its wait on the GPU (synchronize calls and the calls
+-- themselves) over its Send/Recv's span, peer's less its own, schedule and all. Below
+-- -:floor some peer waited less than it did
 pp AS (
 	SELECT node, pid, comm_hash, rank, gap_list AS peers,
 	       (by_seq ->> 0) * 1.0 / nullif(by_seq ->> 1, 0) AS share,
@@ -400,11 +400,15 @@ pgs AS (
 	SELECT node, pid, sum(rg) * 1.0 / nullif(max(gs), 0) AS rshare
 	FROM pp GROUP BY node, pid HAVING count(rg) > 0
 ),
--- processes joined by a Send/Recv
-plk AS (
-	SELECT DISTINCT a.node, a.pid, b.node AS pnode, b.pid AS ppid
+-- each Send/Recv link, from either end: the process, its peer, their CPU-side shares
+lnk AS MATERIALIZED (
+	SELECT a.node, a.pid, a.share, b.node AS pnode, b.pid AS ppid, b.share AS pshare
 	FROM pp a CROSS JOIN json_each(a.peers) j
 	JOIN pp b ON b.comm_hash = a.comm_hash AND b.rank = j.value
+),
+-- processes joined by a Send/Recv
+plk AS (
+	SELECT DISTINCT node, pid, pnode, ppid FROM lnk
 ),
 -- the communicators each process takes part in, CPU side or plugin side
 mem AS (
@@ -440,15 +444,14 @@ pex AS (
 	WHERE o = 1
 ),
 pl AS (
-	SELECT a.node, a.pid,
+	SELECT l.node, l.pid,
 	       coalesce(min(eb.ex - ea.ex) FILTER (WHERE ea.ex IS NOT NULL AND eb.ex IS NOT NULL),
-			min(b.share - a.share)) AS d
-	FROM pp a CROSS JOIN json_each(a.peers) j
-	JOIN pp b ON b.comm_hash = a.comm_hash AND b.rank = j.value
-	LEFT JOIN pex ea ON ea.node = a.node AND ea.pid = a.pid
-	LEFT JOIN pex eb ON eb.node = b.node AND eb.pid = b.pid
-	WHERE a.share IS NOT NULL AND b.share IS NOT NULL
-	GROUP BY a.node, a.pid
+			min(l.pshare - l.share)) AS d
+	FROM lnk l
+	LEFT JOIN pex ea ON ea.node = l.node AND ea.pid = l.pid
+	LEFT JOIN pex eb ON eb.node = l.pnode AND eb.pid = l.ppid
+	WHERE l.share IS NOT NULL AND l.pshare IS NOT NULL
+	GROUP BY l.node, l.pid
 ),
 ranks AS (
 	SELECT comm_hash, node, rank, pid FROM flags

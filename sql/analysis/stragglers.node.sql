@@ -120,13 +120,17 @@ kcut AS (
 -- else from the window's first collective (the merge weighs who waited on whom across them).
 -- A window without a collective (a pipeline of one rank a stage) sends those of the job and
 -- communicator asked for: fleetq then says that only send/recv ran, not that nothing did
+-- (the start, shared with the plugin's Send/Recv rows below)
+p2p_from AS (
+	SELECT max(prm.since_ns, coalesce((SELECT min(ts_ns) FROM win), 0)) AS t FROM prm
+),
 pw0 AS MATERIALIZED (
 	SELECT c.comm_hash, c.rank, max(c.nranks) AS nranks, c.pid, count(*) AS n,
 	       min(c.ts_ns) AS ts_ns,
 	       json_array(sum(coalesce(c.sync_ns, 0) + c.dur_ns), max(c.ts_ns) - min(c.ts_ns)) AS w,
 	       json_group_array(DISTINCT c.peer) AS peers
-	FROM prm CROSS JOIN collectives c
-	WHERE c.ts_ns >= max(prm.since_ns, coalesce((SELECT min(ts_ns) FROM win), 0))
+	FROM prm CROSS JOIN p2p_from f CROSS JOIN collectives c
+	WHERE c.ts_ns >= f.t
 	  AND c.op IN ('Send', 'Recv') AND c.peer IS NOT NULL AND c.comm_hash IS NOT NULL
 	  AND (c.pid IN (SELECT pid FROM win)
 	       OR (NOT EXISTS (SELECT 1 FROM win)
@@ -143,8 +147,8 @@ pw0 AS MATERIALIZED (
 pk AS (
 	SELECT k.pid, k.comm_hash, sum(iif(k.op = 'Recv', k.gpu_dur_ns, 0)) AS rg,
 	       max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns) AS gs
-	FROM prm CROSS JOIN nccl_kernels k
-	WHERE k.ts_ns >= max(prm.since_ns, coalesce((SELECT min(ts_ns) FROM win), 0))
+	FROM p2p_from f CROSS JOIN nccl_kernels k
+	WHERE k.ts_ns >= f.t
 	  AND k.op IN ('Send', 'Recv') AND k.gpu_dur_ns IS NOT NULL AND k.comm_hash IS NOT NULL
 	  AND k.pid IN (SELECT pid FROM pw0)
 	GROUP BY k.pid, k.comm_hash
