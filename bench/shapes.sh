@@ -8,8 +8,8 @@
 # data-parallel ranks, and 4 stages of 2; Send/Recv on a 2-rank communicator per link, an
 # all-reduce per stage), faults on first, middle and last stages. One line per job: case,
 # planted rank, fleetq's exit, the first named rank and its effect, the job's wall time (its
-# loss: against the clean job of its shape, and as noisy as this machine). Not a test: it records
-# hits, misses and false positives for BENCHMARKS.md.
+# loss: against the clean job of its shape, and as noisy as this machine). Not a test: it
+# records hits, misses and false positives for BENCHMARKS.md.
 # usage: bench/shapes.sh [ddp] [load] [pipe]   (default: all three; as root; env as ctest gives
 #   stragglers_live-ddp: FLEETQ, AGENTD, TRACEGEN, MKCERTS, STANDIN, PLUGIN, FLEETQ_SQL_DIR;
 #   e.g. from `ctest -R stragglers_live-ddp -V`); SHAPES_KEEP=DIR: the agents' trace files are
@@ -49,16 +49,16 @@ want ddp && for b in "" --blocking; do
 	job "${tag}clean-s20" - --sync-every 20 $b
 done
 want load && {
-hogs=()
-for _ in $(seq "$(nproc)") $(seq "$(nproc)"); do
-	timeout 300 sh -c 'while :; do :; done' &
-	hogs+=($!)
-done
-for i in 1 2 3; do
-	job "load-clean$i" - --sync-every 1
-	job "load-clean-s20-$i" - --sync-every 20
-done
-kill "${hogs[@]}" 2>/dev/null
+	hogs=()
+	for _ in $(seq "$(nproc)") $(seq "$(nproc)"); do
+		timeout 300 sh -c 'while :; do :; done' &
+		hogs+=($!)
+	done
+	for i in 1 2 3; do
+		job "load-clean$i" - --sync-every 1
+		job "load-clean-s20-$i" - --sync-every 20
+	done
+	kill "${hogs[@]}" 2>/dev/null
 }
 # pipelines: ranks are stage * dp + d
 want pipe && for P in 2 4; do
