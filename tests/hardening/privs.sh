@@ -15,6 +15,9 @@ field() { awk -v k="$2:" '$1 == k { print $2 }' "$1"; }
 
 # --no-trace: nothing left.
 start_agent a "$T/n.db" ca
+# The port file says "listening"; privileges are dropped just after, before
+# the first query is served: wait for that before reading /proc.
+log_has a "privileges: uid 0, no capabilities on the query side, no_new_privs"
 st=/proc/$PID/status
 for k in CapEff CapPrm CapInh CapBnd CapAmb; do
 	[ "$(field "$st" $k)" = 0000000000000000 ] || fail "--no-trace: $k is $(field "$st" $k)"
@@ -22,18 +25,17 @@ done
 [ "$(field "$st" NoNewPrivs)" = 1 ] || fail "--no-trace: NoNewPrivs is not set"
 fq -w "127.0.0.1:$PORT" --format tsv "SELECT count(*) FROM collectives"
 [ "$RC" = 0 ] || fail "--no-trace: no longer serves after dropping privileges"
-log_has a "privileges: uid 0, no capabilities on the query side, no_new_privs"
 
 # --user nobody: uid and gid change, queries still work.
 chmod 755 "$T" "$T/ca"
 chmod 644 "$T/n.db" "$T/ca/127.0.0.1.key"
 start_agent u "$T/n.db" ca --user nobody
 NOBODY=$(id -u nobody)
+log_has u "privileges: uid $NOBODY, no capabilities"
 [ "$(field "/proc/$PID/status" Uid)" = "$NOBODY" ] || fail "--user nobody: still uid $(field "/proc/$PID/status" Uid)"
 [ "$(field "/proc/$PID/status" CapEff)" = 0000000000000000 ] || fail "--user: CapEff"
 fq -w "127.0.0.1:$PORT" --format tsv "SELECT count(*) FROM collectives"
 [ "$RC" = 0 ] || fail "--user nobody: does not serve: $(cat "$T/err")"
-log_has u "privileges: uid $NOBODY, no capabilities"
 "$AGENTD" --listen 127.0.0.1:0 --db "$T/n.db" --insecure --user no-such-user-here \
 	--no-trace >"$T/x.out" 2>"$T/x.err" && fail "--user no-such-user-here started"
 grep -q "^agentd: cannot switch to user 'no-such-user-here': no such user; name an existing user in --user$" "$T/x.err" ||
@@ -62,6 +64,7 @@ until [ -s "$T/t.port" ]; do
 	[ $i -lt 300 ] || fail "tracing agentd wrote no port file"
 	sleep 0.1
 done
+log_has t "privileges: uid 0, no capabilities on the query side"
 # the thread that serves queries holds nothing; the others exactly the trace set
 # (those of them we hold: a container may withhold some, e.g. CAP_SYS_RESOURCE)
 have=$(field /proc/self/status CapPrm)
