@@ -76,7 +76,12 @@ fq -w "$HOSTS" --format csv --merge "SELECT sum(n) FROM results" "SELECT count(*
 	OR comm_hash <> (SELECT comm_hash FROM comms ORDER BY ts_ns DESC LIMIT 1)"
 expect_rc 0 "kernels joined"
 grep -qx "0" <(tail -n 1 "$T/out") || fail "kernels not joined to the communicator: $(cat "$T/out")"
-fq -w "$HOSTS" stragglers --since 5m --job clean-$$
+# The clean job shares 2 cores with 8 ranks' 24 threads and 4 agents: now and then the
+# scheduler alone keeps one rank behind for the whole job, by up to 5 % of the span (seen: 3.1,
+# 4.1, 4.4 and 5.0 %; the 4.4 % rank's kernels were short in every quarter of its job). That is
+# a straggler, which the default 3 % floor names; the clean check asks for nothing of 6 % or
+# more. (The DDP faults below are stated at 10-24 %.)
+fq -w "$HOSTS" stragglers --since 5m --job clean-$$ --min-effect 6
 cat "$T/out"
 expect_rc 0 "live DDP clean job"
 
