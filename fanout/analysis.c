@@ -257,6 +257,21 @@ static void count_ranks(sqlite3 *db, int netcheck, struct an_findings *fd)
 		fd->comms = sqlite3_column_int(st, 1);
 	}
 	sqlite3_finalize(st);
+	st = NULL;
+	/*
+	 * What the verdict covers in time: --max-seqs keeps each communicator's newest seqs,
+	 * which may be far less than --since (FSDP: ~750 collectives a second). The 'seq'
+	 * rows' enqueue times, one per (communicator, seq) and node.
+	 */
+	if (!netcheck &&
+	    sqlite3_prepare_v2(db, "SELECT min(sp), max(sp) FROM (SELECT max(ts_ns) - min(ts_ns) "
+				   "AS sp FROM results WHERE kind = 'seq' GROUP BY comm_hash)",
+			       -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW) {
+		fd->span_lo = sqlite3_column_double(st, 0) / 1e9;
+		fd->span_hi = sqlite3_column_double(st, 1) / 1e9;
+	}
+	sqlite3_finalize(st);
 }
 
 static int is_hung(const char *verdict)
@@ -439,9 +454,17 @@ int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_f
 
 	if (!err && !fd->hung && !fd->stragglers && !fd->ranks)
 		fprintf(out, "no verdict: no rank in the window, %s\n", window);
-	else if (!err && !fd->hung && !fd->stragglers)
-		fprintf(out, "no straggler: %d rank%s in %d communicator%s, %s\n", fd->ranks,
+	else if (!err && !fd->hung && !fd->stragglers) {
+		fprintf(out, "no straggler: %d rank%s in %d communicator%s, %s", fd->ranks,
 			fd->ranks == 1 ? "" : "s", fd->comms, fd->comms == 1 ? "" : "s", window);
+		/* "clean" holds for this much of the window, no more */
+		if (fd->span_hi > 0 && fd->span_hi - fd->span_lo >= 0.05)
+			fprintf(out, ": %.1f-%.1f s of collectives judged", fd->span_lo,
+				fd->span_hi);
+		else if (fd->span_hi > 0)
+			fprintf(out, ": %.1f s of collectives judged", fd->span_hi);
+		fputc('\n', out);
+	}
 	fflush(out);
 	return err;
 }

@@ -59,6 +59,9 @@ struct an_findings {
 	int hung, stragglers, flagged; /* flagged: netcheck rows */
 	int ranks, comms;	       /* ranks and communicators that answered */
 	char *first;		       /* "rank 6 on node1" of the top finding, or NULL */
+	/* stragglers: seconds from the first to the last collective judged, the shortest
+	 * and longest over the communicators (0 when unknown) */
+	double span_lo, span_hi;
 };
 void an_findings_release(struct an_findings *f);
 

@@ -33,6 +33,15 @@ grep -q "^no straggler: 16 ranks in 1 communicator, last 2m" "$T/out" ||
 	fail "clean report: $(cat "$T/out")"
 expect_err "fleetq: stragglers: none among 16 ranks"
 expect_err "coverage: 4/4 nodes ok"
+# "clean" holds for the collectives judged: the report says how much time they span, the
+# job's whole run here, and less where --max-seqs keeps only the newest
+span=$(sqlite3 "$T/clean-n0.db" "SELECT printf('%.1f', (max(ts_ns) - min(ts_ns)) / 1e9) FROM collectives")
+grep -q ": $span s of collectives judged$" "$T/out" || fail "judged span, want $span s: $(cat "$T/out")"
+fq -w "$HOSTS" stragglers --since 2m --max-seqs 50
+span=$(sqlite3 "$T/clean-n0.db" "SELECT printf('%.1f', (max(ts_ns) - min(ts_ns)) / 1e9) FROM collectives
+	WHERE seq > (SELECT max(seq) - 50 FROM collectives)")
+grep -q "^no straggler: 16 ranks in 1 communicator, last 2m, newest 50 seqs: $span s of collectives judged$" "$T/out" ||
+	fail "judged span with --max-seqs 50, want $span s: $(cat "$T/out")"
 
 # global options before the subcommand work the same
 "$FLEETQ" --ca "$T/ca/ca.crt" --cert "$T/ca/client.crt" --key "$T/ca/client.key" \
