@@ -448,6 +448,18 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 			row_dbl(st, "peers_wait_s"));
 }
 
+const char *an_judged(const struct an_findings *fd, char *buf, size_t n)
+{
+	/* "clean" holds for this much of the window, no more */
+	if (fd->span_hi > 0 && fd->span_hi - fd->span_lo >= 0.05)
+		snprintf(buf, n, ": %.1f-%.1f s of collectives judged", fd->span_lo, fd->span_hi);
+	else if (fd->span_hi > 0)
+		snprintf(buf, n, ": %.1f s of collectives judged", fd->span_hi);
+	else
+		snprintf(buf, n, "%s", "");
+	return buf;
+}
+
 int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd)
 {
 	int err = walk(db, 0, out, fd, straggler_row);
@@ -455,15 +467,11 @@ int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_f
 	if (!err && !fd->hung && !fd->stragglers && !fd->ranks)
 		fprintf(out, "no verdict: no rank in the window, %s\n", window);
 	else if (!err && !fd->hung && !fd->stragglers) {
-		fprintf(out, "no straggler: %d rank%s in %d communicator%s, %s", fd->ranks,
-			fd->ranks == 1 ? "" : "s", fd->comms, fd->comms == 1 ? "" : "s", window);
-		/* "clean" holds for this much of the window, no more */
-		if (fd->span_hi > 0 && fd->span_hi - fd->span_lo >= 0.05)
-			fprintf(out, ": %.1f-%.1f s of collectives judged", fd->span_lo,
-				fd->span_hi);
-		else if (fd->span_hi > 0)
-			fprintf(out, ": %.1f s of collectives judged", fd->span_hi);
-		fputc('\n', out);
+		char judged[64];
+
+		fprintf(out, "no straggler: %d rank%s in %d communicator%s, %s%s\n", fd->ranks,
+			fd->ranks == 1 ? "" : "s", fd->comms, fd->comms == 1 ? "" : "s", window,
+			an_judged(fd, judged, sizeof(judged)));
 	}
 	fflush(out);
 	return err;

@@ -68,6 +68,8 @@ void an_findings_release(struct an_findings *f);
 /* Human reports on out; fill *fd. window: "the last 60s", "all time". */
 int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd);
 int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd);
+/* ": 1.3 s of collectives judged" (the span of fd), or "" when unknown; in buf. */
+const char *an_judged(const struct an_findings *fd, char *buf, size_t n);
 /* The same counts without a report (machine formats). */
 int an_count(sqlite3 *db, int netcheck, struct an_findings *fd);
 

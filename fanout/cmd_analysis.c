@@ -297,6 +297,7 @@ int run_netcheck(struct run *r)
 void verdict_stragglers(struct run *r)
 {
 	const struct an_findings *fd = &r->fd;
+	char judged[64];
 
 	if (fd->hung || fd->stragglers)
 		fprintf(stderr, "fleetq: stragglers: %d hung, %d straggler%s (first: %s), %s\n",
@@ -304,8 +305,9 @@ void verdict_stragglers(struct run *r)
 			fd->first ? fd->first : "?", r->window);
 	else
 		fprintf(stderr, "fleetq: stragglers: none among %d ranks in %d "
-				"communicator%s, %s\n",
-			fd->ranks, fd->comms, fd->comms == 1 ? "" : "s", r->window);
+				"communicator%s, %s%s\n",
+			fd->ranks, fd->comms, fd->comms == 1 ? "" : "s", r->window,
+			an_judged(fd, judged, sizeof(judged)));
 }
 
 void verdict_netcheck(struct run *r)

@@ -76,8 +76,11 @@ found=$(awk -F'\t' '
 coverage=$(grep '^coverage:' "$tmp/err" | tail -n 1 | sed 's/^coverage: //') || coverage=
 msg=$(grep -v '^coverage:' "$tmp/err" | head -n 1) || msg=
 
+# how much time the judged collectives span: a clean verdict holds for that much
+judged=$(sed -n 's/^fleetq: stragglers: none among .*: \([0-9.-]* s\) of collectives judged$/\1/p' \
+	"$tmp/err" | head -n 1) || judged=
 case $rc in
-0) line="PASS no straggler" ;;
+0) line="PASS no straggler${judged:+ (${judged} judged)}" ;;
 1) line="FAIL ${found:-straggler found}" ;;
 5) line="FAIL ${found:-hung rank found}" ;;
 3)

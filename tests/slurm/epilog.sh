@@ -137,6 +137,8 @@ CLEAN=$JOB
 grep "job=$CLEAN " "$T/epilog.log" || fail "job $CLEAN: the epilog logged nothing"
 [ "$(cat "$S/epilog-rc.$CLEAN")" = 0 ] || fail "job $CLEAN: epilog exit $(cat "$S/epilog-rc.$CLEAN"), want 0"
 grep -q "job=$CLEAN no straggler" "$T/epilog.log" || fail "job $CLEAN: no 'no straggler' line"
+grep -q "job=$CLEAN no straggler (nodes .*, last [0-9]*s, [0-9.]* s judged; coverage: " "$T/epilog.log" ||
+	fail "job $CLEAN: the clean line lacks how long was judged"
 grep "job=$CLEAN verdict=" "$T/epilog.log" && fail "job $CLEAN: clean job has findings"
 ok "job $CLEAN: 'no straggler', exit 0"
 
