@@ -261,11 +261,13 @@ static void count_ranks(sqlite3 *db, int netcheck, struct an_findings *fd)
 	/*
 	 * What the verdict covers in time: --max-seqs keeps each communicator's newest seqs,
 	 * which may be far less than --since (FSDP: ~750 collectives a second). The 'seq'
-	 * rows' enqueue times, one per (communicator, seq) and node.
+	 * rows' enqueue times, one per (communicator, seq) and node: each node's on its own
+	 * clock (a node whose clock is off must not stretch it), the longest per communicator.
 	 */
 	if (!netcheck &&
-	    sqlite3_prepare_v2(db, "SELECT min(sp), max(sp) FROM (SELECT max(ts_ns) - min(ts_ns) "
-				   "AS sp FROM results WHERE kind = 'seq' GROUP BY comm_hash)",
+	    sqlite3_prepare_v2(db, "SELECT min(sp), max(sp) FROM (SELECT max(sp) AS sp FROM "
+				   "(SELECT comm_hash, max(ts_ns) - min(ts_ns) AS sp FROM results "
+				   "WHERE kind = 'seq' GROUP BY comm_hash, node) GROUP BY comm_hash)",
 			       -1, &st, NULL) == SQLITE_OK &&
 	    sqlite3_step(st) == SQLITE_ROW) {
 		fd->span_lo = sqlite3_column_double(st, 0) / 1e9;
