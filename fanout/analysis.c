@@ -458,7 +458,7 @@ const char *an_judged(const struct an_findings *fd, char *buf, size_t n)
 	else if (fd->span_hi > 0)
 		snprintf(buf, n, ": %.1f s of collectives judged", fd->span_hi);
 	else
-		snprintf(buf, n, "%s", "");
+		buf[0] = '\0';
 	return buf;
 }
 

@@ -11,10 +11,12 @@
 #                             RUN_DIR...
 #   --max-seqs: 0 (every seq, as detect.sh asks live) unless given; windows use 1000 (the
 #   CLI's default) unless given. --win 0: whole phases only.
-import argparse, collections, glob, json, os, sqlite3, statistics, subprocess, sys, tempfile
+import argparse, collections, glob, json, os, shutil, sqlite3, statistics, subprocess, sys, tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 top = os.path.dirname(os.path.dirname(here))
+sys.path.insert(0, here)
+import window  # noqa: E402  (the same window cut as the test cases')
 ap = argparse.ArgumentParser()
 ap.add_argument("--an-run", default=os.path.join(top, "build/tests/analysis/an-run"))
 ap.add_argument("--sql", default=os.path.join(top, "sql/analysis"))
@@ -50,16 +52,13 @@ def judge(srcs, t0, t1, max_seqs):
             os.unlink(path)
         db = sqlite3.connect(path)
         db.executescript(schema)
-        for t, where in (("collectives", "ts_ns BETWEEN ? AND ?"),
-                         ("nccl_kernels", "ts_ns BETWEEN ? AND ?"),
-                         ("comms", None), ("processes", None)):
-            cur = s.execute("SELECT * FROM %s%s" % (t, " WHERE " + where if where else ""),
-                            (t0 - 500_000_000, t1) if where else ())
-            cols = [c[0] for c in cur.description]
-            db.executemany("INSERT OR IGNORE INTO %s (%s) VALUES (%s)" % (
-                t, ",".join(cols), ",".join("?" * len(cols))), cur.fetchall())
-        db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", s.execute(
-            "SELECT key, value FROM meta WHERE key = 'host_id'").fetchall())
+        for t, v in window.cut(s, t0, t1).items():
+            if t == "meta":
+                db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                               v["rows"])
+            else:
+                db.executemany("INSERT OR IGNORE INTO %s (%s) VALUES (%s)" % (
+                    t, ",".join(v["cols"]), ",".join("?" * len(v["cols"]))), v["rows"])
         db.commit()
         db.close()
         files.append(path)
@@ -68,6 +67,7 @@ def judge(srcs, t0, t1, max_seqs):
                         "-p", "now_ns=%d" % t1, "-p", "max_seqs=%d" % max_seqs] + files,
                        capture_output=True, text=True)
     if r.returncode:
+        shutil.rmtree(tmp, ignore_errors=True)
         sys.exit("rejudge: an-run: %s" % r.stderr.strip())
     lines = r.stdout.splitlines()
     if len(lines) < 2:
@@ -135,3 +135,4 @@ print()
 for k, c in sorted(tally.items()):
     print("%-42s phases %3d  live right %3d/%3d  whole right %3d/%3d  windows right %4d/%4d"
           % (k, c[0], c[1], c[2], c[3], c[4], c[5], c[6]))
+shutil.rmtree(tmp, ignore_errors=True)

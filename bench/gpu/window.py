@@ -8,10 +8,9 @@
 #   (detect.sh's phases: a gap of 0.2 s or more in rank 0's collectives ends each one)
 import gzip, json, sqlite3, sys
 
-out, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-nodes = []
-for path in sys.argv[4:]:
-    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+
+def cut(db, start, end):
+    """The window's rows of one trace (an open connection): {table: {cols, rows}}."""
     tables = {}
     for t, where in (("collectives", "ts_ns BETWEEN ? AND ?"),
                      ("nccl_kernels", "ts_ns BETWEEN ? AND ?"),
@@ -21,6 +20,13 @@ for path in sys.argv[4:]:
         tables[t] = {"cols": [c[0] for c in cur.description], "rows": cur.fetchall()}
     tables["meta"] = {"rows": db.execute(
         "SELECT key, value FROM meta WHERE key = 'host_id'").fetchall()}
-    nodes.append({"tables": tables})
-with gzip.open(out, "wt") as f:
-    json.dump({"start_ns": start, "end_ns": end, "nodes": nodes}, f, separators=(",", ":"))
+    return tables
+
+
+if __name__ == "__main__":
+    out, start, end = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    nodes = [{"tables": cut(sqlite3.connect("file:%s?mode=ro" % path, uri=True), start, end)}
+             for path in sys.argv[4:]]
+    with gzip.open(out, "wt") as f:
+        json.dump({"start_ns": start, "end_ns": end, "nodes": nodes}, f,
+                  separators=(",", ":"))
