@@ -10,7 +10,8 @@
 # usage: bench/gpu/rejudge.py [--an-run PATH] [--sql DIR] [--max-seqs N] [--win S --step S]
 #                             RUN_DIR...
 #   --max-seqs: 0 (every seq, as detect.sh asks live) unless given; windows use 1000 (the
-#   CLI's default) unless given. --win 0: whole phases only.
+#   CLI's default) unless given. --win 0: whole phases only. -m KEY=V: a merge parameter, as
+#   an-run takes it (e.g. -m min_effect=0.045: what --min-effect 4.5 would have said).
 import argparse, collections, glob, json, os, shutil, sqlite3, statistics, subprocess, sys, tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -23,6 +24,7 @@ ap.add_argument("--sql", default=os.path.join(top, "sql/analysis"))
 ap.add_argument("--max-seqs", type=int, default=None)
 ap.add_argument("--win", type=float, default=3.0)
 ap.add_argument("--step", type=float, default=1.0)
+ap.add_argument("-m", dest="merge", action="append", default=[], metavar="KEY=V")
 ap.add_argument("runs", nargs="+")
 a = ap.parse_args()
 schema = open(os.path.join(top, "sql/schema.sql")).read()
@@ -64,7 +66,8 @@ def judge(srcs, t0, t1, max_seqs):
         files.append(path)
     r = subprocess.run([a.an_run, os.path.join(a.sql, "stragglers.node.sql"),
                         os.path.join(a.sql, "stragglers.merge.sql"), "-p", "since_ns=%d" % t0,
-                        "-p", "now_ns=%d" % t1, "-p", "max_seqs=%d" % max_seqs] + files,
+                        "-p", "now_ns=%d" % t1, "-p", "max_seqs=%d" % max_seqs]
+                       + [x for m in a.merge for x in ("-m", m)] + files,
                        capture_output=True, text=True)
     if r.returncode:
         shutil.rmtree(tmp, ignore_errors=True)
