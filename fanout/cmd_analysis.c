@@ -125,6 +125,12 @@ static int load_plan(struct run *r, const char *all, int with_why)
 		NULL,
 	};
 	r->mp[r->nmp++] = (struct an_param){
+		":effect_steps",
+		q->effect_steps >= 0 ? (struct wire_value){ .type = WIRE_REAL, .d = q->effect_steps }
+				     : (struct wire_value){ .type = WIRE_NULL },
+		NULL,
+	};
+	r->mp[r->nmp++] = (struct an_param){
 		all,
 		q->all || r->bars ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
 				  : (struct wire_value){ .type = WIRE_NULL },

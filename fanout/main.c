@@ -110,6 +110,8 @@ static const char usage_text[] =
 	"  --threshold Z            robust z-score that counts as deviant (default 3.5)\n"
 	"  --min-effect PCT         stragglers: name a rank only when its peers lost at least\n"
 	"                           PCT% of the span to it (default 3; 5 for a pair of ranks)\n"
+	"  --effect-steps N         stragglers: over a span of fewer than N steps the bar grows\n"
+	"                           by sqrt(N / steps) (default 100; 0: a fixed bar)\n"
 	"  --all                    every rank (stragglers) or every counter (netcheck)\n"
 	"  --show-sql               print the node and merge SQL with their parameters, exit\n"
 	"  --bars[=WHEN]            stragglers: after the report, a bar per rank and signal\n"
@@ -208,6 +210,7 @@ enum {
 	OPT_MAX_SEQS,
 	OPT_THRESHOLD,
 	OPT_MIN_EFFECT,
+	OPT_EFFECT_STEPS,
 	OPT_ALL,
 	OPT_SHOW_SQL,
 	OPT_FAIL_IF,
@@ -257,6 +260,7 @@ static const struct option long_opts[] = {
 	{ "max-seqs", required_argument, NULL, OPT_MAX_SEQS },
 	{ "threshold", required_argument, NULL, OPT_THRESHOLD },
 	{ "min-effect", required_argument, NULL, OPT_MIN_EFFECT },
+	{ "effect-steps", required_argument, NULL, OPT_EFFECT_STEPS },
 	{ "all", no_argument, NULL, OPT_ALL },
 	{ "show-sql", no_argument, NULL, OPT_SHOW_SQL },
 	{ "fail-if", required_argument, NULL, OPT_FAIL_IF },
@@ -307,6 +311,7 @@ static unsigned opt_cmds(int c)
 	case OPT_WATCH:
 	case OPT_EXIT_ON_STRAGGLER:
 	case OPT_MIN_EFFECT:
+	case OPT_EFFECT_STEPS:
 		return 1u << CMD_STRAGGLERS;
 	case OPT_THRESHOLD:
 	case OPT_ALL:
@@ -569,6 +574,15 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 						   "of the span above 0 and below 100, e.g. 3",
 						   optarg);
 			break;
+		case OPT_EFFECT_STEPS:
+			errno = 0;
+			q->effect_steps = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(q->effect_steps >= 0) ||
+			    q->effect_steps > 1e6)
+				return usage_error("--effect-steps: invalid count '%s': use a number of "
+						   "steps from 0 (a fixed bar) to 1000000, e.g. 100",
+						   optarg);
+			break;
 		case OPT_ALL:
 			q->all = 1;
 			break;
@@ -773,7 +787,7 @@ int main(int argc, char **argv)
 {
 	struct query_opts q = { .min_coverage = 1.0, .max_bytes = -1, .pings = -1,
 				.since_ns = -1, .max_seqs = -1,
-				.threshold = -1, .min_effect = -1, .gate = { .tolerance = -1, .mad_k = -1 } };
+				.threshold = -1, .min_effect = -1, .effect_steps = -1, .gate = { .tolerance = -1, .mad_k = -1 } };
 	const char **pos = NULL;
 	size_t npos = 0;
 	const struct cmd *c;

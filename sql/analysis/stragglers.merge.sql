@@ -19,6 +19,10 @@
 --                   more than a peer of its Send/Recv by more than this share of the span
 --                   is named by no communicator (0.005)
 --   :min_effect_ns  the same floor in ns, for very short spans (20000)
+--   :effect_steps   over a span of fewer steps than this, :min_effect and :pair_effect grow by
+--                   sqrt(:effect_steps / steps): a short window averages fewer steps, and a
+--                   clean rank's effect strays further (100; 0: a fixed bar; `fleetq
+--                   stragglers --effect-steps N`)
 --   :pair_effect    :min_effect where a communicator has two ranks (at least :min_effect):
 --                   nothing measures a pair's noise, and two clean ranks of real jobs
 --                   differed by up to 4.4 % of the span (docs/analysis.md) (0.05)
@@ -55,7 +59,7 @@ prm AS (
 	       max(coalesce(:pair_effect, 0.05), coalesce(:min_effect, 0.03)) AS peff,
 	       coalesce(:floor, 0.005) AS fl, coalesce(:min_effect_ns, 20000) AS fl_ns,
 	       coalesce(:clock_margin, 10) AS ck, coalesce(:hang_ns, 1.5e9) AS hang_ns,
-	       coalesce(:all_ranks, 0) AS all_ranks
+	       coalesce(:all_ranks, 0) AS all_ranks, coalesce(:effect_steps, 100) AS esteps
 ),
 -- each rank's collectives in one piece: a node sends a 'rank' row per 65536 seqs (a row has
 -- a size limit), mostly one; the objects and arrays of a rank's rows are spliced together
@@ -193,11 +197,19 @@ cs AS (
 	       max(prm.fl * cm.span, prm.fl_ns) AS floor_span
 	FROM cm LEFT JOIN period pe USING (comm_hash), prm
 ),
+-- a span of few steps: its ranks' totals average fewer steps, so a clean rank's effect
+-- strays further; the bar grows as the noise does, sqrt(:effect_steps / steps), never below
+-- :min_effect
+esc AS (
+	SELECT cs.comm_hash,
+	       max(1, coalesce(sqrt(prm.esteps * cs.step / nullif(cs.span, 0)), 1)) AS scale
+	FROM cs, prm
+),
 -- oriented robust z per signal (with 2 ranks the other rank is the centre and the floor the
 -- scale) and each signal's effect
 z AS (
 	SELECT r.*, cs.n, cs.step, cs.span AS cspan, cs.period, cs.nfull AS cnfull, cs.clock_err,
-	       cs.m_wait, cs.m_cpu, iif(cs.n = 2, prm.peff, prm.eff) AS eff_n,
+	       cs.m_wait, cs.m_cpu, iif(cs.n = 2, prm.peff, prm.eff) * e.scale AS eff_n,
 	       max(prm.fl * cs.step, prm.fl_ns, coalesce(cs.clock_err, 0)) AS floor_late,
 	       CASE WHEN cs.n = 2 THEN robust_z(r.late, cs.s_late - r.late,
 					       max(prm.fl * cs.step, prm.fl_ns, coalesce(cs.clock_err, 0)))
@@ -219,7 +231,7 @@ z AS (
 	       -- GPU-seconds peers waited on this rank: sum over peers with a longer total wait
 	       -- of (theirs - this rank's), over the seqs every rank reached
 	       (sum(r.wait) OVER wd - count(r.wait) OVER wd * r.wait) / 1e9 AS peers_wait_s
-	FROM r JOIN cs USING (comm_hash), prm
+	FROM r JOIN cs USING (comm_hash) JOIN esc e USING (comm_hash), prm
 	WINDOW wd AS (PARTITION BY r.comm_hash ORDER BY r.wait DESC
 		      RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ),
@@ -275,7 +287,11 @@ gkps AS (
 -- however it is spread) and its median kernel (the consistent departure, which a few long
 -- outlier kernels do not move); the floors are :floor of the span, and of it per kernel
 gzz AS (
-	SELECT t.*, c.n AS gn, iif(c.n = 2, prm.peff, prm.eff) AS eff_n,
+	SELECT t.*, c.n AS gn, iif(c.n = 2, prm.peff, prm.eff) * coalesce(e.scale, 1) AS eff_n,
+	       -- (the bar before a short span's growth: what the kernels must confirm of the
+	       -- waits' or the CPU work's verdict, which has passed the grown bar itself.
+	       -- Lateness measures no lost time, so the kernels stay its effect: the grown bar)
+	       iif(c.n = 2, prm.peff, prm.eff) AS eff_b,
 	       -CASE WHEN c.n = 2 THEN robust_z(t.tot, c.st - t.tot, max(prm.fl * c.gspan, prm.fl_ns))
 		     ELSE robust_z(t.tot, c.mt, max(c.dt, prm.fl * c.gspan, prm.fl_ns)) END AS zt,
 	       -CASE WHEN c.n = 2 THEN robust_z(t.med, c.s - t.med,
@@ -283,7 +299,7 @@ gzz AS (
 		     ELSE robust_z(t.med, c.m, max(c.d, prm.fl * c.gspan / c.nk, 2000)) END AS zm,
 	       CASE WHEN c.n = 2 THEN c.s - t.med ELSE c.m END AS peer_med, c.gspan AS cgspan,
 	       (CASE WHEN c.n = 2 THEN c.st - t.tot ELSE c.mt END) - t.tot AS lost_tot
-	FROM gt t JOIN gcm c USING (nccl_comm, op), prm
+	FROM gt t JOIN gcm c USING (nccl_comm, op) LEFT JOIN esc e ON e.comm_hash = c.comm_hash, prm
 	-- an op seen a few times (a barrier's all-reduce) says nothing on its own
 	WHERE t.nk >= 16
 ),
@@ -480,7 +496,7 @@ v AS (
 	       -- its peers wait 6.6 % more in synchronize, 2.2 % in the kernels; a clean pipeline
 	       -- stage's rank, 9.6 % and 3.9 %)
 	       f.f_wait AND coalesce(g.z_gpu > prm.thr / 2, 1)
-	       AND coalesce(g.e_gpu >= g.eff_n, 1) AS f_wait,
+	       AND coalesce(g.e_gpu >= g.eff_b, 1) AS f_wait,
 	       f.f_cpu,
 	       -- its CPU work stands out and its peers did not wait less than it: where
 	       -- contention blurs every wait, the work itself is the evidence (not for a pair:
@@ -489,7 +505,7 @@ v AS (
 	       -- DDP phase on 4 H200s had a rank doing 4.8 % more CPU work with its kernels like
 	       -- its peers' (z_gpu 0.6) and the job no slower
 	       f.f_cpu AND f.z_wait > 0 AND coalesce(g.z_gpu, 0) >= 0 AND f.n <> 2
-	       AND coalesce(g.z_gpu > prm.thr / 2, 1) AND coalesce(g.e_gpu >= g.eff_n, 1) AS f_cpuv,
+	       AND coalesce(g.z_gpu > prm.thr / 2, 1) AND coalesce(g.e_gpu >= g.eff_b, 1) AS f_cpuv,
 	       f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,

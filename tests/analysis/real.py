@@ -119,7 +119,9 @@ CASES = {
     # GPU) cost nothing, during a stretch where rank 2's backward ran at about half speed
     # with nothing planted on it: its buckets came last all through the backward, the steps
     # took 70.3 ms against 41.7 in the clean phase. Each bucket waits a little, so the
-    # kernels' step-by-step measure said 4.5 %; the synchronize waits measure it
+    # kernels' step-by-step measure said 4.5 %; the synchronize waits measure it. Its 43
+    # steps raise the bar to 4.6 % (:effect_steps); the waits pass it, and the kernels,
+    # which only confirm a proxy's verdict, are asked for :min_effect itself
     "k6-slow2": (2, 40.7),
     # R8: DDP with the MLP, whole phases. A clean phase whose rank 1 did 4.8 % more CPU work
     # than its peers, its kernels like theirs and the job no slower: named on CPU work alone
@@ -141,6 +143,22 @@ CASES = {
     "l9-slow20": (1, 7.2),
     "l9-stall10s20": (None, 5.5),
     "m9-slow20": (1, 5.1),
+    # round 11, R10-R12: held out (the rules of round 9, unchanged), whole phases as fleetq
+    # saw them live. Blocking collectives on 4 GPUs (CUDA_LAUNCH_BLOCKING=1, the MLP): a GPU
+    # 10 % slower, named on wait and kernels; a clean phase
+    "w10-gpu10": (1, 9.2),
+    "w10-clean2": (None, 0.0),
+    # a loaded host (a CPU hog on every core beside the job): rank 0 sleeping 15 % of a step,
+    # and a clean phase whose 3 s windows named a rank once at 5.8 % (a moment the hogs held
+    # it back); the whole phase names nobody
+    "z11-stall15": (0, 14.3),
+    "z11-clean3": (None, 0.0),
+    # the shape of l9-stall10s20 again (the transformer under DDP, a sleep of 10 % of a step
+    # with a sync every 20): named this time, on lateness and kernels (z_gpu 5.7)
+    "n10-stall10s20": (3, 5.7),
+    # the transformer under FSDP: rank 0 spinning 10 % of a step (4.0 %, with clean phases
+    # 9 % apart in throughput: a rough loss), named at 8.6 %
+    "j12-busy10": (0, 4.0),
 }
 # cases whose named rank is checked but not the size of its effect: rank 0 waits 28.8 % of
 # the span for rank 1 in their all-reduce (before the send/recv rule too), while the job

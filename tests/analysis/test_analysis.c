@@ -265,6 +265,43 @@ static void t_gpu(const char *pct)
 }
 
 /*
+ * The bar grows for a span of few steps (sqrt(:effect_steps / steps)): rank 6 is 4 % slower.
+ * Over 200 steps it is named (the bar is :min_effect, 3 %); over 25 the bar is 6 % and it is
+ * not; the same 25 steps with :effect_steps 0 (no scaling) name it again.
+ */
+static void t_effect_steps(void)
+{
+	static const char *const no_scale[] = { "effect_steps=0", NULL };
+	static const char *const all[] = { "all_ranks=1", NULL };
+	struct job j;
+	struct an_rows r;
+
+	make_job(&j, "effsteps", 16, 4, "--seed 7 --slow-rank 6 --slow-pct 4", NULL);
+	if (stragglers(&j, NULL, &r) == 0) {
+		CHECK_MSG(r.nrows == 1 && !strcmp(cell(&r, 0, "rank"), "6") &&
+			      atof(cell(&r, 0, "effect_pct")) < 6,
+		      "4%%, 200 steps: %zu rows, rank %s, effect %s%%", r.nrows,
+		      cell(&r, 0, "rank"), cell(&r, 0, "effect_pct"));
+		an_rows_release(&r);
+	}
+	make_job(&j, "effsteps25", 16, 4, "--seed 7 --slow-rank 6 --slow-pct 4 --steps 25", NULL);
+	if (stragglers(&j, all, &r) == 0) {
+		CHECK_MSG(count_verdict(&r, "straggler") == 0 && !strcmp(cell(&r, 0, "rank"), "6") &&
+			      atof(cell(&r, 0, "effect_pct")) >= 3 &&
+			      atof(cell(&r, 0, "effect_pct")) < 6,
+		      "4%%, 25 steps: %d stragglers, top rank %s, effect %s%%",
+		      count_verdict(&r, "straggler"), cell(&r, 0, "rank"), cell(&r, 0, "effect_pct"));
+		an_rows_release(&r);
+	}
+	if (stragglers(&j, no_scale, &r) == 0) {
+		CHECK_MSG(r.nrows == 1 && !strcmp(cell(&r, 0, "rank"), "6"),
+		      "4%%, 25 steps, effect_steps 0: %zu rows, rank %s", r.nrows,
+		      cell(&r, 0, "rank"));
+		an_rows_release(&r);
+	}
+}
+
+/*
  * A verdict needs an effect, not only a z: rank 6 is 1 % slower, consistently. With the
  * MAD floor lowered its z is huge, but its peers lose 1 % of the span, under :min_effect
  * (3 %): ok. Lower :min_effect to 0.5 % and the same rank is named.
@@ -293,6 +330,7 @@ static void t_effect(void)
 		      "1%%, min_effect 0.5%%: %zu rows, rank %s", r.nrows, cell(&r, 0, "rank"));
 		an_rows_release(&r);
 	}
+	t_effect_steps();
 }
 
 /* 2 ranks, one per node: MAD says nothing; the pair rule names the slow one. */
