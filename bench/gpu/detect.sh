@@ -9,6 +9,7 @@
 # (every phase's report and --all TSV) and the agents' logs.
 # usage: bench/gpu/detect.sh BINDIR OUT [ddp|fsdp|pipeline|blocking|loaded|gptddp|gptfsdp|ttd|overhead]...
 #   gptddp, gptfsdp: the same with a transformer language model (train.py --model gpt, GPT_ARGS)
+#   ttd: TTD_ARGS passes more train.py arguments (e.g. the transformer's), PHASES_TTD its phases
 #   BINDIR holds agentd, fleetq (static builds carried) and libfleetq-nccl-profiler.so
 set -u
 bin=$(cd "$1" && pwd) out=$2
@@ -155,7 +156,7 @@ for w in $what; do
 		) &
 		poller=$!
 		FQ_ANALYZE= timeout "${TTD_TIMEOUT:-300}" "$py" -m torch.distributed.run --standalone \
-			--nproc_per_node="$n" "$here/train.py" --shape ddp --cgroup-parent "$cg" \
+			--nproc_per_node="$n" "$here/train.py" --shape ddp ${TTD_ARGS:-} --cgroup-parent "$cg" \
 			--steps "${TTD_STEPS:-900}" --phases "$phases_ttd" --onset-dir "$out/onset" \
 			--out "$out/ttd-phases.jsonl" >"$out/ttd-torch.log" 2>&1
 		echo "ttd: torchrun exit $?"
