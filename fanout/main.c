@@ -787,7 +787,8 @@ int main(int argc, char **argv)
 {
 	struct query_opts q = { .min_coverage = 1.0, .max_bytes = -1, .pings = -1,
 				.since_ns = -1, .max_seqs = -1,
-				.threshold = -1, .min_effect = -1, .effect_steps = -1, .gate = { .tolerance = -1, .mad_k = -1 } };
+				.threshold = -1, .min_effect = -1, .effect_steps = -1,
+				.gate = { .tolerance = -1, .mad_k = -1 } };
 	const char **pos = NULL;
 	size_t npos = 0;
 	const struct cmd *c;

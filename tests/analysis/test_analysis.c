@@ -284,6 +284,7 @@ static void t_effect_steps(void)
 		      cell(&r, 0, "rank"), cell(&r, 0, "effect_pct"));
 		an_rows_release(&r);
 	}
+	/* (the extra arguments come after make_job's --steps, so this --steps wins) */
 	make_job(&j, "effsteps25", 16, 4, "--seed 7 --slow-rank 6 --slow-pct 4 --steps 25", NULL);
 	if (stragglers(&j, all, &r) == 0) {
 		CHECK_MSG(count_verdict(&r, "straggler") == 0 && !strcmp(cell(&r, 0, "rank"), "6") &&
