@@ -10,6 +10,12 @@ all-gather per layer in forward and backward, a reduce-scatter per layer in back
 --model gpt swaps the MLP for a decoder-only transformer language model (--layers blocks of
 width --width, --heads heads, --seq tokens, --vocab; bf16 autocast, cross-entropy on
 next-token ids; FSDP shards each block); DDP then all-reduces it in its own ~25 MB buckets.
+--model cnn swaps it for a ResNet-style image classifier (a stem convolution, --layers
+residual blocks of two 3x3 convolutions with BatchNorm in four stages of --width, 2x, 4x and
+8x channels, global pooling, 1000 classes; --batch images of --img pixels a side, bf16
+autocast, channels-last): a GPU-bound job whose DDP also broadcasts the BatchNorm buffers
+from rank 0 before every forward. --accum K (DDP) accumulates gradients over K micro-batches
+a step (no_sync on the first K-1): one all-reduce per bucket every K backwards.
 --shape pipeline splits the layers over 2 stages of world/2 data-parallel ranks each (rank =
 stage * dp + d): --micro micro-batches go forward and their gradients back between the
 stages by send/recv (GPipe order: all forwards, then all backwards), then one all-reduce of
@@ -33,23 +39,29 @@ $FQ_ANALYZE (a shell command; $FQ_SINCE holds the phase's length in seconds, $FQ
 name) and appends one JSON line per phase to --out: name, kind, pct, sync, target, steps,
 steps/s, seconds.
 """
-import argparse, json, os, subprocess, time
+import argparse, contextlib, json, os, subprocess, time
 import torch
 import torch.distributed as dist
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--shape", choices=["ddp", "fsdp", "pipeline"], default="ddp")
-ap.add_argument("--model", choices=["mlp", "gpt"], default="mlp",
-                help="gpt: a decoder-only transformer language model (ddp and fsdp)")
+ap.add_argument("--model", choices=["mlp", "gpt", "cnn"], default="mlp",
+                help="gpt: a decoder-only transformer language model; cnn: a ResNet-style "
+                "image classifier (ddp and fsdp)")
 ap.add_argument("--seq", type=int, default=1024, help="tokens a sequence (gpt)")
 ap.add_argument("--heads", type=int, default=16, help="attention heads (gpt)")
 ap.add_argument("--vocab", type=int, default=32000, help="vocabulary (gpt)")
+ap.add_argument("--img", type=int, default=112, help="pixels a side (cnn)")
+ap.add_argument("--accum", type=int, default=1,
+                help="micro-batches a step, gradients accumulated (ddp)")
 ap.add_argument("--micro", type=int, default=4, help="micro-batches a step (pipeline)")
 ap.add_argument("--onset-dir", default="")
 ap.add_argument("--layers", type=int, default=8)
 ap.add_argument("--width", type=int, default=4096)
 ap.add_argument("--batch", type=int, default=4096)
 ap.add_argument("--steps", type=int, default=300, help="steps a phase")
+ap.add_argument("--phase-seconds", type=float, default=0,
+                help="steps a phase: as many as this long takes in the clean warm-up")
 ap.add_argument("--warmup", type=int, default=40)
 ap.add_argument("--phases", default="clean=clean")
 ap.add_argument("--target", type=int, default=-1)
@@ -96,10 +108,49 @@ class GPT(torch.nn.Module):
         return self.head(self.norm(h))
 
 
-if a.model == "gpt" and a.shape == "pipeline":
-    raise SystemExit("fq-train: --model gpt is for --shape ddp or fsdp")
+class Block(torch.nn.Module):
+    """A residual block: two 3x3 convolutions with BatchNorm; a 1x1 projection where the
+    width or the stride changes."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        nn = torch.nn
+        self.body = nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
+        self.proj = None if cin == cout and stride == 1 else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + (x if self.proj is None else self.proj(x)))
+
+
+class CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        nn, w = torch.nn, a.width
+        self.stem = nn.Sequential(nn.Conv2d(3, w, 3, 1, 1, bias=False), nn.BatchNorm2d(w),
+                                  nn.ReLU())
+        blocks, cin = [], w
+        for i in range(a.layers):
+            cout = w * 2 ** min(3, i * 4 // a.layers)
+            blocks.append(Block(cin, cout, 2 if cout != cin else 1))
+            cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(cin, 1000)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+if a.model != "mlp" and a.shape == "pipeline":
+    raise SystemExit("fq-train: --model %s is for --shape ddp or fsdp" % a.model)
+if a.accum > 1 and a.shape != "ddp":
+    raise SystemExit("fq-train: --accum is for --shape ddp")
 if a.model == "gpt":
     model = GPT().cuda()
+elif a.model == "cnn":
+    model = CNN().cuda().to(memory_format=torch.channels_last)
 else:
     layers = []
     nlayers = a.layers // 2 if a.shape == "pipeline" else a.layers
@@ -118,8 +169,8 @@ elif a.shape == "ddp":
     model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
 else:
     from torch.distributed.fsdp import fully_shard
-    for m in (model.blocks if a.model == "gpt" else model):
-        if isinstance(m, (torch.nn.Linear, torch.nn.TransformerEncoderLayer)):
+    for m in (model.blocks if a.model != "mlp" else model):
+        if isinstance(m, (torch.nn.Linear, torch.nn.TransformerEncoderLayer, Block)):
             fully_shard(m)
     fully_shard(model)
 opt = torch.optim.SGD(model.parameters(), lr=1e-6)
@@ -129,6 +180,11 @@ if a.model == "gpt":
     g = torch.Generator(device="cuda").manual_seed(1234 + rank)
     toks = [torch.randint(0, a.vocab, (a.batch, a.seq + 1), device="cuda", generator=g)
             for _ in range(4)]
+if a.model == "cnn":
+    g = torch.Generator(device="cuda").manual_seed(1234 + rank)
+    imgs = [(torch.randn(a.batch, 3, a.img, a.img, device="cuda", generator=g)
+             .to(memory_format=torch.channels_last),
+             torch.randint(0, 1000, (a.batch,), device="cuda", generator=g)) for _ in range(4)]
 extra = torch.randn(2048, 2048, device="cuda")
 # the "slow" fault: extra products after every layer's forward and backward on this rank
 slow_n = [0]
@@ -143,8 +199,8 @@ hooked = 0
 # (only when a phase asks for it: tried under DDP, not under FSDP's sharded modules)
 if a.shape != "pipeline" and "=slow" in a.phases:
     for m in (model.module if a.shape == "ddp" else model).modules():
-        if isinstance(m, (torch.nn.Linear, torch.nn.TransformerEncoderLayer)) and \
-                not (a.model == "gpt" and isinstance(m, torch.nn.Linear)):
+        if isinstance(m, (torch.nn.Linear, torch.nn.TransformerEncoderLayer, Block)) and \
+                not (a.model != "mlp" and isinstance(m, torch.nn.Linear)):
             m.register_forward_hook(slow_hook)
             m.register_full_backward_hook(slow_hook)
             hooked += 1
@@ -199,6 +255,22 @@ def pp_step():
     return flat[:1] if loss is None else loss
 
 
+def micro(i):
+    """One micro-batch's forward and loss."""
+    if a.model == "gpt":
+        t = toks[i % len(toks)]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(t[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.float().reshape(-1, a.vocab),
+                                                 t[:, 1:].reshape(-1))
+    if a.model == "cnn":
+        img, lab = imgs[i % len(imgs)]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(img)
+        return torch.nn.functional.cross_entropy(logits.float(), lab)
+    return model(x).square().mean()
+
+
 def step(i, fault, sync_every):
     kind, amount = fault
     if kind == "stall" and amount > 0:
@@ -211,16 +283,12 @@ def step(i, fault, sync_every):
             torch.mm(extra, extra)
     if a.shape == "pipeline":
         loss = pp_step()
-    elif a.model == "gpt":
-        t = toks[i % len(toks)]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(t[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, a.vocab),
-                                                 t[:, 1:].reshape(-1))
-        loss.backward()
     else:
-        loss = model(x).square().mean()
-        loss.backward()
+        for k in range(a.accum):
+            # (gradients of the first accum-1 micro-batches stay local)
+            with (model.no_sync() if k < a.accum - 1 else contextlib.nullcontext()):
+                loss = micro(i * a.accum + k)
+                loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
     if (i + 1) % sync_every == 0:
@@ -255,9 +323,11 @@ mm_s = ev0.elapsed_time(ev1) / 1e3 / 50
 cal = torch.tensor([step_s, mm_s], device="cuda", dtype=torch.float64)
 dist.broadcast(cal, 0)
 step_s, mm_s = cal.tolist()
+if a.phase_seconds > 0:
+    a.steps = max(50, round(a.phase_seconds / step_s))
 if rank == 0:
-    print("fq-train: %s %s, %d ranks, step %.2f ms, extra matmul %.3f ms%s" %
-          (a.shape, a.model, world, step_s * 1e3, mm_s * 1e3,
+    print("fq-train: %s %s, %d ranks, step %.2f ms, extra matmul %.3f ms, %d steps a phase%s" %
+          (a.shape, a.model, world, step_s * 1e3, mm_s * 1e3, a.steps,
            ", CUDA_LAUNCH_BLOCKING=1" if os.environ.get("CUDA_LAUNCH_BLOCKING") == "1" else ""),
           flush=True)
 
