@@ -6,12 +6,15 @@
 # fleetq said live (summary.tsv) and the job's own throughput loss (against the mean of the
 # run's clean phases of the same sync regime). Then a tally by class: clean, and faults by
 # the loss they caused. A phase is the span of rank 0's collectives between two gaps of
-# 0.2 s or more (detect.sh pauses the job while fleetq answers).
+# --gap or more (detect.sh pauses the job while fleetq answers); the first also holds the
+# job's warm-up.
 # usage: bench/gpu/rejudge.py [--an-run PATH] [--sql DIR] [--max-seqs N] [--win S --step S]
 #                             RUN_DIR...
 #   --max-seqs: 0 (every seq, as detect.sh asks live) unless given; windows use 1000 (the
 #   CLI's default) unless given. --win 0: whole phases only. -m KEY=V: a merge parameter, as
 #   an-run takes it (e.g. -m min_effect=0.045: what --min-effect 4.5 would have said).
+#   --gap S: the pause between phases, at least (0.2; a job whose steps are that far apart,
+#   e.g. gradient accumulation, needs more: 0.5)
 import argparse, collections, glob, json, os, shutil, sqlite3, statistics, subprocess, sys, tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -24,6 +27,7 @@ ap.add_argument("--sql", default=os.path.join(top, "sql/analysis"))
 ap.add_argument("--max-seqs", type=int, default=None)
 ap.add_argument("--win", type=float, default=3.0)
 ap.add_argument("--step", type=float, default=1.0)
+ap.add_argument("--gap", type=float, default=0.2)
 ap.add_argument("-m", dest="merge", action="append", default=[], metavar="KEY=V")
 ap.add_argument("runs", nargs="+")
 a = ap.parse_args()
@@ -37,7 +41,7 @@ def phases(run, job):
     ts = [r[0] for r in db.execute("SELECT ts_ns FROM collectives ORDER BY ts_ns")]
     spans, s, p = [], ts[0], ts[0]
     for t in ts[1:]:
-        if t - p >= 200_000_000:
+        if t - p >= a.gap * 1e9:
             spans.append((s, p))
             s = t
         p = t

@@ -150,7 +150,10 @@ if a.accum > 1 and a.shape != "ddp":
 if a.model == "gpt":
     model = GPT().cuda()
 elif a.model == "cnn":
-    model = CNN().cuda().to(memory_format=torch.channels_last)
+    model = CNN().cuda()
+    if a.shape == "ddp":
+        # (FSDP shards parameters by their first dimension: kept contiguous there)
+        model = model.to(memory_format=torch.channels_last)
 else:
     layers = []
     nlayers = a.layers // 2 if a.shape == "pipeline" else a.layers
@@ -355,7 +358,8 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
     if rank == 0:
         rec = dict(p, target=target if p["kind"] != "clean" else -1, steps=a.steps,
                    steps_per_s=round(a.steps / secs, 2), seconds=round(secs, 3),
-                   shape=a.shape, model=a.model, ranks=world, step_ms=round(step_s * 1e3, 3))
+                   shape=a.shape, model=a.model, ranks=world, step_ms=round(step_s * 1e3, 3),
+                   start_ns=int(t0 * 1e9), end_ns=int((t0 + secs) * 1e9))
         cmd = os.environ.get("FQ_ANALYZE")
         if cmd:
             env = dict(os.environ, FQ_SINCE="%.1f" % max(1.0, time.time() - t0 - 0.5),

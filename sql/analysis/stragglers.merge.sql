@@ -335,11 +335,27 @@ gz AS (
 	FROM gzz z LEFT JOIN glost l ON l.nccl_comm = z.nccl_comm AND l.op IS z.op
 				     AND l.node IS z.node AND l.rank IS z.rank AND l.pid IS z.pid
 ),
+-- per rank, its kernels over every op of the communicator: a late rank's peers wait at
+-- whichever collective comes next (a DDP job's buffer broadcast before the forward for some,
+-- the first bucket's all-reduce for others), so one op alone may not show what they lost
+gall AS (
+	SELECT nccl_comm, node, rank, pid, sum(tot) AS tot, max(cgspan) AS gspan,
+	       max(gn) AS gn FROM gzz GROUP BY nccl_comm, node, rank, pid
+),
+galle AS (
+	SELECT a.nccl_comm, a.node, a.rank, a.pid,
+	       (SELECT median(b.tot) FROM gall b WHERE b.nccl_comm = a.nccl_comm) - a.tot AS lost,
+	       a.gspan
+	FROM gall a WHERE a.gn >= 3
+),
 -- per rank, the op that stands out most
 gb AS (
-	SELECT * FROM (SELECT gz.*, row_number() OVER (PARTITION BY comm_hash, node, rank, pid
-						       ORDER BY z_gpu DESC) AS o FROM gz)
-	WHERE o = 1
+	SELECT x.*, ga.lost / nullif(ga.gspan, 0) AS e_all
+	FROM (SELECT gz.*, row_number() OVER (PARTITION BY comm_hash, node, rank, pid
+					      ORDER BY z_gpu DESC) AS o FROM gz) x
+	LEFT JOIN galle ga ON ga.nccl_comm = x.nccl_comm AND ga.node IS x.node
+			   AND ga.rank IS x.rank AND ga.pid IS x.pid
+	WHERE x.o = 1
 ),
 flags AS (
 	SELECT z.*,
@@ -495,8 +511,14 @@ v AS (
 	       -- for a pair) (a clean FSDP job's rank, last to every all-gather by a little, had
 	       -- its peers wait 6.6 % more in synchronize, 2.2 % in the kernels; a clean pipeline
 	       -- stage's rank, 9.6 % and 3.9 %)
-	       f.f_wait AND coalesce(g.z_gpu > prm.thr / 2, 1)
-	       AND coalesce(g.e_gpu >= g.eff_b, 1) AS f_wait,
+	       -- Where they lean its way only a little (four ranks are few for a MAD: a peer that
+	       -- waits twice as long as the others widens it), its peers' kernels over every op
+	       -- must have taken the bar more of the span than its own (a CNN's stall of 10 % of a
+	       -- step: z_gpu 1.2, its peers waiting at the buffers' broadcast or the first bucket)
+	       f.f_wait AND CASE WHEN g.z_gpu IS NULL THEN 1
+				 WHEN g.z_gpu > prm.thr / 2 THEN coalesce(g.e_gpu >= g.eff_b, 1)
+				 WHEN g.z_gpu > 0 THEN coalesce(g.e_all >= g.eff_b, 0)
+				 ELSE 0 END AS f_wait,
 	       f.f_cpu,
 	       -- its CPU work stands out and its peers did not wait less than it: where
 	       -- contention blurs every wait, the work itself is the evidence (not for a pair:

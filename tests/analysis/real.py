@@ -159,6 +159,12 @@ CASES = {
     # the transformer under FSDP: rank 0 spinning 10 % of a step (4.0 %, with clean phases
     # 9 % apart in throughput: a rough loss), named at 8.6 %
     "j12-busy10": (0, 4.0),
+    # round 12, a ResNet-style CNN under DDP on 4 x H200 (GPU-bound, 5 buckets and one
+    # BatchNorm broadcast a step): rank 1 sleeps 10 % of a step. Its peers waited for it at
+    # the broadcast (ranks 2, 3) or the first bucket (rank 0, whose all-reduce kernels then
+    # widened the four ranks' MAD: z_gpu 1.2): the kernels over every op name it with wait
+    "q14-stall10": (1, 8.0),
+    "q14-clean3": (None, 0.0),
 }
 # cases whose named rank is checked but not the size of its effect: rank 0 waits 28.8 % of
 # the span for rank 1 in their all-reduce (before the send/recv rule too), while the job
