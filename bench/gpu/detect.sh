@@ -205,22 +205,28 @@ PY
 		stop_agents
 		;;
 	overhead)
-		# alternating untraced and traced (agents + plugin) DDP runs of the same phases
-		for round in 1 2; do
-			for mode in off on; do
-				if [ $mode = on ]; then
-					start_agents ovh
-					export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so
-				else
-					unset NCCL_PROFILER_PLUGIN
-				fi
+		# alternating untraced and traced (agents + plugin) DDP runs of the same phases;
+		# OVH_MODES may add "agents" (no plugin) and "plugin" (no agents) to tell their costs
+		# apart, OVH_ROUNDS sets the rounds
+		for round in ${OVH_ROUNDS:-1 2}; do
+			for mode in ${OVH_MODES:-off on}; do
+				case $mode in on | agents) start_agents "ovh$round" ;; esac
+				case $mode in
+				on | plugin) export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so ;;
+				*) unset NCCL_PROFILER_PLUGIN ;;
+				esac
+				# (OVH_ARGS, OVH_PHASES: another job, e.g. the transformer's clean phases)
 				FQ_ANALYZE= timeout 200 "$py" -m torch.distributed.run --standalone \
-					--nproc_per_node="$n" "$here/train.py" --shape ddp \
-					--cgroup-parent "$cg" --steps 600 --phases "c1=clean,c2=clean/s20" \
+					--nproc_per_node="$n" "$here/train.py" --shape ddp ${OVH_ARGS:-} \
+					--cgroup-parent "$cg" --steps 600 ${PHASE_SECONDS:+--phase-seconds "$PHASE_SECONDS"} \
+					--phases "${OVH_PHASES:-c1=clean,c2=clean/s20}" \
 					--out "$out/overhead-$mode-$round.jsonl" \
 					>"$out/overhead-$mode-$round.log" 2>&1
 				echo "overhead $mode round $round: $(cat "$out/overhead-$mode-$round.jsonl" 2>/dev/null | tr '\n' ' ')"
-				[ $mode = on ] && stop_agents
+				case $mode in
+				on) stop_agents; keep_traces "ovh$round" ;;
+				agents) stop_agents ;;
+				esac
 			done
 		done
 		export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so

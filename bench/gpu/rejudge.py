@@ -7,7 +7,8 @@
 # run's clean phases of the same sync regime). Then a tally by class: clean, and faults by
 # the loss they caused. A phase is the span of rank 0's collectives between two gaps of
 # --gap or more (detect.sh pauses the job while fleetq answers); the first also holds the
-# job's warm-up.
+# job's warm-up. Where the job wrote each phase's start and end (train.py does since round
+# 12), those.
 # usage: bench/gpu/rejudge.py [--an-run PATH] [--sql DIR] [--max-seqs N] [--win S --step S]
 #                             RUN_DIR...
 #   --max-seqs: 0 (every seq, as detect.sh asks live) unless given; windows use 1000 (the
@@ -37,6 +38,9 @@ tmp = tempfile.mkdtemp(prefix="rejudge.")
 
 def phases(run, job):
     names = [json.loads(l) for l in open(os.path.join(run, job + "-phases.jsonl"))]
+    if all("start_ns" in n for n in names):
+        # (the job wrote each phase's wall-clock span: no gaps to find)
+        return [(n, (n["start_ns"], n["end_ns"])) for n in names]
     db = sqlite3.connect("file:%s?mode=ro" % os.path.join(run, "fq-%s0.db" % job), uri=True)
     ts = [r[0] for r in db.execute("SELECT ts_ns FROM collectives ORDER BY ts_ns")]
     spans, s, p = [], ts[0], ts[0]

@@ -37,7 +37,8 @@ onset to ONSET_DIR/NAME (--onset-dir), for measuring time to detection. Each pha
 After each phase every rank waits in a barrier while rank 0 runs the fleetq command in
 $FQ_ANALYZE (a shell command; $FQ_SINCE holds the phase's length in seconds, $FQ_PHASE its
 name) and appends one JSON line per phase to --out: name, kind, pct, sync, target, steps,
-steps/s, seconds.
+steps/s, seconds, its wall-clock start and end (ns), and each rank's wait in loss.item() a
+step (ms; the rank that waits least paces the job, measured by the job, traced or not).
 """
 import argparse, contextlib, json, os, subprocess, time
 import torch
@@ -295,7 +296,14 @@ def step(i, fault, sync_every):
     opt.step()
     opt.zero_grad(set_to_none=True)
     if (i + 1) % sync_every == 0:
+        t = time.perf_counter()
         loss.item()
+        sync_s[0] += time.perf_counter() - t
+
+
+# this rank's time waiting in loss.item() in the current phase: the rank that waits least
+# paces the job (measured by the job itself, with or without fleetq)
+sync_s = [0.0]
 
 
 def timed(n, fault=("clean", 0), sync_every=1, onset=0, onset_file=""):
@@ -352,14 +360,19 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
     fault = (p["kind"], amount if rank == target else 0)
     t0 = time.time()
     onset = int(p["onset"] * a.steps)
+    sync_s[0] = 0.0
     secs = timed(a.steps, fault, p["sync"], onset,
                  os.path.join(a.onset_dir, p["name"]) if a.onset_dir else "")
+    waits = torch.zeros(world, device="cuda", dtype=torch.float64)
+    waits[rank] = sync_s[0]
+    dist.all_reduce(waits)
     dist.barrier()
     if rank == 0:
         rec = dict(p, target=target if p["kind"] != "clean" else -1, steps=a.steps,
                    steps_per_s=round(a.steps / secs, 2), seconds=round(secs, 3),
                    shape=a.shape, model=a.model, ranks=world, step_ms=round(step_s * 1e3, 3),
-                   start_ns=int(t0 * 1e9), end_ns=int((t0 + secs) * 1e9))
+                   start_ns=int(t0 * 1e9), end_ns=int((t0 + secs) * 1e9),
+                   sync_ms_per_step=[round(w * 1e3 / a.steps, 3) for w in waits.tolist()])
         cmd = os.environ.get("FQ_ANALYZE")
         if cmd:
             env = dict(os.environ, FQ_SINCE="%.1f" % max(1.0, time.time() - t0 - 0.5),
