@@ -8,7 +8,9 @@
 # the loss they caused. A phase is the span of rank 0's collectives between two gaps of
 # --gap or more (detect.sh pauses the job while fleetq answers); the first also holds the
 # job's warm-up. Where the job wrote each phase's start and end (train.py does since round
-# 12), those.
+# 12), those; where it also wrote each rank's wait in its own synchronize, the rank that
+# waited least (the job's pacer, and how far ahead of the others' median, % of the step) is
+# shown, and a clean phase's name is checked against it.
 # usage: bench/gpu/rejudge.py [--an-run PATH] [--sql DIR] [--max-seqs N] [--win S --step S]
 #                             RUN_DIR...
 #   --max-seqs: 0 (every seq, as detect.sh asks live) unless given; windows use 1000 (the
@@ -90,6 +92,7 @@ def judge(srcs, t0, t1, max_seqs):
 
 
 tally = collections.defaultdict(lambda: [0] * 7)
+paced = [0, 0]  # clean phases named whose job recorded its pacer; of them, named the pacer
 for run in a.runs:
     run = run.rstrip("/")
     dbs = sorted(glob.glob(os.path.join(run, "fq-*[0-9].db")))
@@ -138,12 +141,26 @@ for run in a.runs:
         c[5] += sum(right(x[0]) for x in wins)
         c[6] += len(wins)
         show = lambda x: "-" if x[0] is None else "%d:%s" % x
-        print("%s %-12s planted %2d  loss %5s  live %-4s  whole %-8s  windows %d/%d  %s" % (
+        # the job's own pacer (train.py since round 12: each rank's wait in its synchronize;
+        # the least waits least) and whether a clean phase's name is it
+        pace = ""
+        waits = p.get("sync_ms_per_step")
+        if waits and len(waits) > 2:
+            i = min(range(len(waits)), key=lambda r: waits[r])
+            o = sorted(waits[:i] + waits[i + 1:])
+            pace = "  pacer %d (%.1f %%)" % (i, 100 * (o[len(o) // 2] - waits[i]) * p["steps_per_s"] / 1e3)
+            if target < 0 and w[0] is not None:
+                paced[0] += 1
+                paced[1] += w[0] == i
+        print("%s %-12s planted %2d  loss %5s  live %-4s  whole %-8s  windows %d/%d  %s%s" % (
             os.path.basename(os.path.dirname(run)) + "/" + job, p["name"], target,
             "-" if loss is None else "%.1f" % loss, "-" if lv is None else lv, show(w),
-            sum(right(x[0]) for x in wins), len(wins), " ".join(show(x) for x in wins)))
+            sum(right(x[0]) for x in wins), len(wins), " ".join(show(x) for x in wins), pace))
 print()
 for k, c in sorted(tally.items()):
     print("%-42s phases %3d  live right %3d/%3d  whole right %3d/%3d  windows right %4d/%4d"
           % (k, c[0], c[1], c[2], c[3], c[4], c[5], c[6]))
+if paced[0]:
+    print("clean phases named (whole) where the job recorded who paced it: %d, the pacer in %d"
+          % tuple(paced))
 shutil.rmtree(tmp, ignore_errors=True)

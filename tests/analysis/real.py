@@ -165,6 +165,12 @@ CASES = {
     # widened the four ranks' MAD: z_gpu 1.2): the kernels over every op name it with wait
     "q14-stall10": (1, 8.0),
     "q14-clean3": (None, 0.0),
+    # R15, held out for that rule: the same CNN, rank 1 sleeping 20 % of a step (round 11's
+    # rules named nobody), and the CNN under FSDP (a layer's all-gather and reduce-scatter
+    # per block), rank 0 spinning 15 % of a step, and a clean phase of it
+    "c15-stall20": (1, 16.0),
+    "y15-busy15": (0, 11.7),
+    "y15-clean2": (None, 0.0),
 }
 # cases whose named rank is checked but not the size of its effect: rank 0 waits 28.8 % of
 # the span for rank 1 in their all-reduce (before the send/recv rule too), while the job
