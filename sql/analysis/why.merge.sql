@@ -14,6 +14,9 @@
 --                  peers' median, and at least twice it (10)
 --   :ib_min        the InfiniBand rule: at least this many error counter increments on its
 --                  node more than its peers' median, and at least twice it (1)
+--   :util_gap      the host rule: its GPU busy (NVML utilization, %) at least this many
+--                  points below its peers' median, over at least 2 samples (10): its GPU had
+--                  less to do, the work reached it late from its host
 --   :threshold     with 3 ranks or more, every rule also needs the rank to be an outlier:
 --                  robust z (0.6745 (x - median) / MAD, as the verdict's) above this (3.5);
 --                  a loaded host spreads every rank's off-CPU time, and the largest of 8
@@ -26,13 +29,14 @@
 --   preempted_pct, peer_preempted_pct, blocked_pct, peer_blocked_pct (off-CPU time of its
 --   main thread, % of its window), tcp_retrans,
 --   peer_tcp_retrans, ib_errors, peer_ib_errors, ib_worst, cause (the rule that gives the
---   likely cause: 'gpu_clock', 'preempted', 'blocked', 'ib', 'tcp'; NULL: none fired),
+--   likely cause: 'gpu_clock', 'preempted', 'blocked', 'ib', 'tcp', 'host'; NULL: none
+--   fired),
 --   causes (every rule that fired, in that order), likely_cause (the line a person reads).
 WITH
 prm AS (
 	SELECT coalesce(:clock_drop, 0.10) AS clock_drop, coalesce(:offcpu_gap, 0.05) AS offcpu_gap,
 	       coalesce(:retrans_min, 10) AS retrans_min, coalesce(:ib_min, 1) AS ib_min,
-	       coalesce(:threshold, 3.5) AS thr
+	       coalesce(:util_gap, 10) AS util_gap, coalesce(:threshold, 3.5) AS thr
 ),
 r AS (
 	SELECT node, comm_hash, rank, pid, gpu_index, gpu_samples, util_pct, temp_c, sm_max_mhz,
@@ -53,6 +57,7 @@ c AS (
 	SELECT comm_hash,
 	       count(sm) AS n_sm, median(sm) AS m_sm, sum(sm) AS s_sm, mad(sm) AS d_sm,
 	       count(util_pct) AS n_ut, median(util_pct) AS m_ut, sum(util_pct) AS s_ut,
+	       mad(util_pct) AS d_ut,
 	       count(pre) AS n_pre, median(pre) AS m_pre, sum(pre) AS s_pre, mad(pre) AS d_pre,
 	       count(blk) AS n_blk, median(blk) AS m_blk, sum(blk) AS s_blk, mad(blk) AS d_blk,
 	       count(tcp) AS n_tcp, median(tcp) AS m_tcp, sum(tcp) AS s_tcp, mad(tcp) AS d_tcp,
@@ -75,6 +80,7 @@ p AS (
 		    WHEN c.n_ib > 2 THEN c.m_ib END AS p_ib,
 	       -- outlier among 3 or more ranks (oriented: positive = the bad side); 2: no test
 	       iif(c.n_sm > 2, -robust_z(r.sm, c.m_sm, c.d_sm), 1e9) AS z_sm,
+	       iif(c.n_ut > 2, -robust_z(r.util_pct, c.m_ut, c.d_ut), 1e9) AS z_ut,
 	       iif(c.n_pre > 2, robust_z(r.pre, c.m_pre, c.d_pre), 1e9) AS z_pre,
 	       iif(c.n_blk > 2, robust_z(r.blk, c.m_blk, c.d_blk), 1e9) AS z_blk,
 	       iif(c.n_tcp > 2, robust_z(r.tcp, c.m_tcp, c.d_tcp), 1e9) AS z_tcp,
@@ -92,7 +98,13 @@ f AS (
 	       coalesce(p.ib - p.p_ib >= prm.ib_min AND p.ib >= 2 * p.p_ib AND p.z_ib > prm.thr,
 			0) AS f_ib,
 	       coalesce(p.tcp - p.p_tcp >= prm.retrans_min AND p.tcp >= 2 * p.p_tcp
-			AND p.z_tcp > prm.thr, 0) AS f_tcp
+			AND p.z_tcp > prm.thr, 0) AS f_tcp,
+	       -- its GPU less busy than its peers': a straggler's GPU waits for its host (a CPU
+	       -- loop, a sleep the off-CPU rules did not single out, data, or a CPU-bound process
+	       -- that runs slower than its peers: where its threads run, its NUMA node). A rank
+	       -- that is slow on its GPU is as busy as its peers or busier
+	       coalesce(p.gpu_samples >= 2 AND p.p_ut - p.util_pct >= prm.util_gap
+			AND p.z_ut > prm.thr, 0) AS f_host
 	FROM p, prm
 )
 SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
@@ -103,10 +115,10 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
        tcp AS tcp_retrans, p_tcp AS peer_tcp_retrans, ib AS ib_errors, p_ib AS peer_ib_errors,
        ib_worst,
        CASE WHEN f_gpu THEN 'gpu_clock' WHEN f_pre THEN 'preempted' WHEN f_blk THEN 'blocked'
-	    WHEN f_ib THEN 'ib' WHEN f_tcp THEN 'tcp' END AS cause,
+	    WHEN f_ib THEN 'ib' WHEN f_tcp THEN 'tcp' WHEN f_host THEN 'host' END AS cause,
        nullif(substr(iif(f_gpu, ',gpu_clock', '') || iif(f_pre, ',preempted', '') ||
-		     iif(f_blk, ',blocked', '') || iif(f_ib, ',ib', '') || iif(f_tcp, ',tcp', ''),
-		     2), '') AS causes,
+		     iif(f_blk, ',blocked', '') || iif(f_ib, ',ib', '') || iif(f_tcp, ',tcp', '') ||
+		     iif(f_host, ',host', ''), 2), '') AS causes,
        CASE WHEN f_gpu THEN printf('GPU %d at %,d MHz vs %,d median (%s)', gpu_index,
 				   CAST(round(sm) AS INTEGER), CAST(round(p_sm) AS INTEGER),
 				   coalesce(reason, 'no clock-event reason reported'))
@@ -119,6 +131,10 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
 				  CAST(round(p_ib) AS INTEGER))
 	    WHEN f_tcp THEN printf('%,d TCP retransmits on its node vs %,d median (network)',
 				   CAST(tcp AS INTEGER), CAST(round(p_tcp) AS INTEGER))
+	    WHEN f_host THEN printf('GPU %d busy %.0f%% of the time vs %.0f%% median: its work '
+				    || 'reached the GPU late from its host (CPU work, data, or a '
+				    || 'process slower on its cores: check where it runs)',
+				    gpu_index, util_pct, p_ut)
 	    WHEN p_sm IS NULL AND p_pre IS NULL AND p_tcp IS NULL
 		THEN 'none measured (no peer to compare with)'
 	    WHEN p_sm IS NULL THEN 'none measured (off-CPU, network equal to peers; no GPU samples)'

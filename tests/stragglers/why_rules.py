@@ -5,7 +5,8 @@
 # differs past its threshold, and on no other; a GPU idle in most samples (clocked down for
 # want of work) and a blocked interval inside a synchronize call are the rank's effect, not a
 # cause; a rank like its peers gets "none measured"; a rank past the margin among ranks that
-# spread as widely (a loaded host) is no outlier.
+# spread as widely (a loaded host) is no outlier; a GPU less busy than its peers' by the margin
+# points at its host.
 # usage: why_rules.py AN_RUN SQL_DIR SCHEMA_SQL WORKDIR
 import csv
 import os
@@ -29,6 +30,7 @@ NODES = {
     "blocked": {"blocked_ms": 300},
     "insync": {"insync_ms": 300},
     "preempt": {"preempted_ms": 200},
+    "host": {"util": 72},
 }
 
 
@@ -52,7 +54,7 @@ def trace(k, name, o, n=len(NODES)):
                    "sm_clock_max_mhz, clock_reasons, util_gpu_pct, temp_c) "
                    "VALUES (?,?,?,?,?,?,?,?)",
                    (T0 + i * 100 * MS + 5 * MS, 0, "GPU-%d" % k, o.get("sm", 1980), 1980,
-                    o.get("reasons", 0), 90, 45))
+                    o.get("reasons", 0), o.get("util", 90), 45))
         # every rank: a little of both, as on any host
         db.execute("INSERT INTO offcpu VALUES (?,?,?,?,?)",
                    (T0 + i * 100 * MS + 20 * MS, 1 * MS, pid, pid, "preempted"))
@@ -111,7 +113,7 @@ for name, r in by.items():
     print(name, r["cause"], "|", r["likely_cause"])
 # (an-run prints NULL as NULL)
 want = {"clean": "NULL", "power": "gpu_clock", "tcp": "tcp", "ib": "ib", "idle": "NULL",
-        "blocked": "blocked", "insync": "NULL", "preempt": "preempted"}
+        "blocked": "blocked", "insync": "NULL", "preempt": "preempted", "host": "host"}
 bad = {n: by[n]["cause"] for n in want if by[n]["cause"] != want[n]}
 assert not bad, bad
 assert by["power"]["likely_cause"] == "GPU 0 at 1,500 MHz vs 1,980 median (power cap)", by["power"]
@@ -122,6 +124,9 @@ assert by["blocked"]["likely_cause"].startswith("blocked 3") and \
     by["blocked"]["likely_cause"].endswith("of the window outside GPU waits vs 2% median "
                                            "(I/O or sleep)"), by["blocked"]
 assert by["preempt"]["likely_cause"].startswith("preempted 2"), by["preempt"]
+assert by["host"]["likely_cause"] == (
+    "GPU 0 busy 72% of the time vs 90% median: its work reached the GPU late from its host "
+    "(CPU work, data, or a process slower on its cores: check where it runs)"), by["host"]
 for n in ("clean", "idle", "insync"):
     assert by[n]["likely_cause"] == "none measured (GPU clocks, off-CPU, network equal to peers)", \
         by[n]
