@@ -423,6 +423,10 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 	if (row_has(st, "signals"))
 		fprintf(out, "  signals that name it: %s (method %s)\n", row_txt(st, "signals"),
 			or_q(row_txt(st, "method")));
+	/* A short span's bar: the same effect names a rank over 200 steps, not over 60. */
+	if (row_has(st, "bar_steps"))
+		fprintf(out, "  bar: %.1f%% (--min-effect grown for a span of %s steps; "
+			     "--effect-steps)\n", row_dbl(st, "bar_pct"), row_txt(st, "bar_steps"));
 	signal_line(out, st, "late", "late_ms", NULL,
 		    "after the first rank to arrive (median per collective)");
 	if (row_has(st, "late_ms")) {

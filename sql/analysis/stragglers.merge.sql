@@ -47,7 +47,9 @@
 --   peers_wait_s (GPU-seconds its peers waited on it in the span), clock_err_ms (the
 --   lateness's uncertainty; NULL: unknown), span_s, step_ms, last_seq, stopped_at_seq,
 --   stopped_op, stopped_s_ago, job_rank (the process's rank in the job, its RANK; NULL:
---   unknown; `rank` is its rank in this communicator).
+--   unknown; `rank` is its rank in this communicator), bar_pct (the effect a signal needed
+--   to name a rank of this communicator: :min_effect, :pair_effect for a pair, grown for a
+--   short span), bar_steps (the span's steps where the bar grew for it, else NULL).
 WITH
 -- each process's rank in the job, where its node knows it
 jr AS (
@@ -209,6 +211,7 @@ esc AS (
 -- scale) and each signal's effect
 z AS (
 	SELECT r.*, cs.n, cs.step, cs.span AS cspan, cs.period, cs.nfull AS cnfull, cs.clock_err,
+	       e.scale AS escale,
 	       cs.m_wait, cs.m_cpu, iif(cs.n = 2, prm.peff, prm.eff) * e.scale AS eff_n,
 	       max(prm.fl * cs.step, prm.fl_ns, coalesce(cs.clock_err, 0)) AS floor_late,
 	       CASE WHEN cs.n = 2 THEN robust_z(r.late, cs.s_late - r.late,
@@ -288,6 +291,7 @@ gkps AS (
 -- outlier kernels do not move); the floors are :floor of the span, and of it per kernel
 gzz AS (
 	SELECT t.*, c.n AS gn, iif(c.n = 2, prm.peff, prm.eff) * coalesce(e.scale, 1) AS eff_n,
+	       coalesce(e.scale, 1) AS gscale,
 	       -- (the bar before a short span's growth: what the kernels must confirm of the
 	       -- waits' or the CPU work's verdict, which has passed the grown bar itself.
 	       -- Lateness measures no lost time, so the kernels stay its effect: the grown bar)
@@ -531,6 +535,7 @@ v AS (
 	       f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
+	       coalesce(f.eff_n, g.eff_n) AS bar, coalesce(f.escale, g.gscale, 1) AS bscale,
 	       g.peer_med, g.tot, g.gspan, h.hung, h.last_seq, h.age_ns, f.n AS fn, g.gn,
 	       -- two ranks: no population says what is usual, so a pair's consistent asymmetry
 	       -- (a pipeline stage's ranks wait on different neighbours) reads as a straggler on
@@ -613,7 +618,9 @@ SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
 		  AND x.comm_hash = w.comm_hash AND x.seq = w.last_seq + 1
 		  ORDER BY x.kind LIMIT 1), NULL) AS stopped_op,
        iif(hung, round(age_ns / 1e9, 3), NULL) AS stopped_s_ago,
-       (SELECT jr.job_rank FROM jr WHERE jr.node IS w.node AND jr.pid IS w.pid) AS job_rank
+       (SELECT jr.job_rank FROM jr WHERE jr.node IS w.node AND jr.pid IS w.pid) AS job_rank,
+       round(100 * bar, 1) AS bar_pct,
+       iif(bscale > 1, CAST(round(cspan / nullif(step, 0)) AS INTEGER), NULL) AS bar_steps
 FROM w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
 ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,

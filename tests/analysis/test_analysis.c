@@ -279,19 +279,27 @@ static void t_effect_steps(void)
 	make_job(&j, "effsteps", 16, 4, "--seed 7 --slow-rank 6 --slow-pct 4", NULL);
 	if (stragglers(&j, NULL, &r) == 0) {
 		CHECK_MSG(r.nrows == 1 && !strcmp(cell(&r, 0, "rank"), "6") &&
-			      atof(cell(&r, 0, "effect_pct")) < 6,
-		      "4%%, 200 steps: %zu rows, rank %s, effect %s%%", r.nrows,
-		      cell(&r, 0, "rank"), cell(&r, 0, "effect_pct"));
+			      atof(cell(&r, 0, "effect_pct")) < 6 &&
+			      atof(cell(&r, 0, "bar_pct")) == 3.0 &&
+			      !strcmp(cell(&r, 0, "bar_steps"), "NULL"),
+		      "4%%, 200 steps: %zu rows, rank %s, effect %s%%, bar %s%% (%s steps)",
+		      r.nrows, cell(&r, 0, "rank"), cell(&r, 0, "effect_pct"),
+		      cell(&r, 0, "bar_pct"), cell(&r, 0, "bar_steps"));
 		an_rows_release(&r);
 	}
 	/* (the extra arguments come after make_job's --steps, so this --steps wins) */
 	make_job(&j, "effsteps25", 16, 4, "--seed 7 --slow-rank 6 --slow-pct 4 --steps 25", NULL);
 	if (stragglers(&j, all, &r) == 0) {
+		/* (the report's bar: 3 % x sqrt(100 / 25) = 6 %, over the span's 25 steps) */
 		CHECK_MSG(count_verdict(&r, "straggler") == 0 && !strcmp(cell(&r, 0, "rank"), "6") &&
 			      atof(cell(&r, 0, "effect_pct")) >= 3 &&
-			      atof(cell(&r, 0, "effect_pct")) < 6,
-		      "4%%, 25 steps: %d stragglers, top rank %s, effect %s%%",
-		      count_verdict(&r, "straggler"), cell(&r, 0, "rank"), cell(&r, 0, "effect_pct"));
+			      atof(cell(&r, 0, "effect_pct")) < 6 &&
+			      atof(cell(&r, 0, "bar_pct")) > 5.5 &&
+			      atof(cell(&r, 0, "bar_pct")) < 6.5 &&
+			      abs(atoi(cell(&r, 0, "bar_steps")) - 25) <= 2,
+		      "4%%, 25 steps: %d stragglers, top rank %s, effect %s%%, bar %s%% (%s steps)",
+		      count_verdict(&r, "straggler"), cell(&r, 0, "rank"), cell(&r, 0, "effect_pct"),
+		      cell(&r, 0, "bar_pct"), cell(&r, 0, "bar_steps"));
 		an_rows_release(&r);
 	}
 	if (stragglers(&j, no_scale, &r) == 0) {

@@ -49,6 +49,12 @@ K=${CGOF5##*/node}
 head -n 1 "$T/out" | grep -Eqx "straggler: rank 5 on 127.0.0.1:${PORT[$K]} \\(costs its peers [0-9.]+% of (the span|a step)\\)" ||
 	fail "want rank 5 on node$K (127.0.0.1:${PORT[$K]}) first: $(cat "$T/out")"
 grep -c "^straggler:" "$T/out" | grep -qx 1 || fail "more than one straggler: $(cat "$T/out")"
+# a bar grown past its effect (a span of fewer steps than --effect-steps): nobody, and the
+# report says which bar each rank was held to
+fq -w "$HOSTS" stragglers --since 5m --job slow-$$ --effect-steps 1000000 --all
+expect_rc 0 "live slow rank 5 held to a grown bar"
+grep -Eq "^  bar: [0-9.]+% \(--min-effect grown for a span of [0-9]+ steps; --effect-steps\)$" \
+	"$T/out" || fail "no bar line: $(cat "$T/out")"
 
 # timeline of the slow job from the real tracer: 8 ranks' tracks, every collective, slices
 # that nest on each lane (the real trace has several threads, nested driver calls), and
