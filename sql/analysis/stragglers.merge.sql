@@ -347,10 +347,10 @@ gall AS (
 	       max(gn) AS gn FROM gzz GROUP BY nccl_comm, node, rank, pid
 ),
 galle AS (
-	SELECT a.nccl_comm, a.node, a.rank, a.pid,
-	       (SELECT median(b.tot) FROM gall b WHERE b.nccl_comm = a.nccl_comm) - a.tot AS lost,
-	       a.gspan
-	FROM gall a WHERE a.gn >= 3
+	SELECT a.nccl_comm, a.node, a.rank, a.pid, m.mt - a.tot AS lost, a.gspan
+	FROM gall a JOIN (SELECT nccl_comm, median(tot) AS mt FROM gall GROUP BY nccl_comm) m
+	     USING (nccl_comm)
+	WHERE a.gn >= 3
 ),
 -- per rank, the op that stands out most
 gb AS (
