@@ -3,7 +3,8 @@
 # fleetq stragglers says why (sql/analysis/why.*.sql), live: four agentd processes with the
 # real eBPF tracer and the fake libnvidia-ml (tests/nvml, a test double: 2 GPUs a node, each
 # rank on GPU LOCAL_RANK) over the 8-rank DDP-shaped stand-in job with the NCCL profiler plugin.
-#   clean: nothing named; with --all, every rank's likely cause is "none measured";
+#   clean: nothing named at 6 % (see below); with --all, every rank's likely cause is
+#     "none measured";
 #   rank 3's GPU 50% slower and its fake GPU (node1 GPU 1) at 1410 MHz in thermal slowdown:
 #     the GPU likely cause, its clock against the peers' 1,980;
 #   rank 6 sleeping 50% of a step: no GPU cause;
@@ -62,10 +63,14 @@ $2
 " "$T/$1.csv" || fail "$1: $(cat "$T/$1.csv")"
 }
 
-# clean: nothing stands out, and no rule fires
+# clean: nothing stands out, and no rule fires. As in live-ddp.sh: 8 ranks and 4 agents on 2
+# cores, the scheduler alone now and then keeps one rank behind for the whole job by up to 5 %
+# of the span (CI saw rank 6 named by its kernels alone at 4.6 %, z 3.8: its peers did wait
+# for it), a straggler the default 3 % floor names; the clean check asks for nothing of 6 % or
+# more. The faults below cost 20-50 %.
 start clean-$$
 finish clean-$$
-fq -w "$HOSTS" stragglers --since 5m --job clean-$$
+fq -w "$HOSTS" stragglers --since 5m --job clean-$$ --min-effect 6
 cat "$T/out"
 expect_rc 0 "clean job"
 grep -q "likely cause" "$T/out" && fail "clean job: a likely cause: $(cat "$T/out")"
