@@ -554,8 +554,13 @@ v AS (
 						     AND coalesce(f.z_wait, 0) > -prm.thr / 2
 						     AND p.d > prm.fl))) AS pair_ok,
 	       -- a rank that waited more than a peer of its Send/Recv (by more than :floor of
-	       -- the span) is named by no communicator: its lateness there is that peer's
-	       coalesce(p.d >= -prm.fl, 1) AS p2p_ok
+	       -- the span) is named by no communicator: its lateness there is that peer's.
+	       -- Nor is one whose Recv kernels took :min_effect of the span more than its
+	       -- siblings' did: it waited on its Send/Recv peers, downstream of a delay, however
+	       -- much its peer waited in turn (every rank of a chain behind a slow stage waits
+	       -- about as long as the one before it: on the stand-in's 4-stage pipeline the last
+	       -- stage's rank, 21 % over its sibling, was named before the slow rank itself)
+	       coalesce(p.d >= -prm.fl, 1) AND coalesce(x.ex < prm.eff, 1) AS p2p_ok
 	FROM ranks u
 	LEFT JOIN flags f ON f.comm_hash = u.comm_hash AND f.node IS u.node
 			  AND f.rank IS u.rank AND f.pid IS u.pid
@@ -563,7 +568,8 @@ v AS (
 		       AND g.rank IS u.rank AND g.pid IS u.pid
 	LEFT JOIN hang h ON h.comm_hash = u.comm_hash AND h.node IS u.node
 			 AND h.rank IS u.rank AND h.pid IS u.pid
-	LEFT JOIN pl p ON p.node IS u.node AND p.pid IS u.pid,
+	LEFT JOIN pl p ON p.node IS u.node AND p.pid IS u.pid
+	LEFT JOIN pex x ON x.node IS u.node AND x.pid IS u.pid,
 	prm
 ),
 w AS (
