@@ -6,8 +6,7 @@
 # agents (tests/standin/live-agents.sh). One line per job: the rank with the largest kernel
 # z (z_gpu) of `fleetq stragglers --all`, its effect, its kernels against its peers', and
 # the ranks named (rank:signals:effect:z_wait:z_cpu:z_late). Not a test: it measures the
-# false-positive side for BENCHMARKS.md (compare FQ_STANDIN_DEVICE_PRIO=off with the
-# default).
+# false-positive side for BENCHMARKS.md (e.g. the default against FQ_STANDIN_DEVICE_PRIO=rt).
 # usage: bench/cleanload.sh N [load]   (as root; env as for bench/shapes.sh)
 here=$(cd "$(dirname "$0")" && pwd)
 export FQ_TESTS=$here/../tests
