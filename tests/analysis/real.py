@@ -172,10 +172,9 @@ CASES = {
     "y15-busy15": (0, 11.7),
     "y15-clean2": (None, 0.0),
     # round 13, the CI stand-in (no GPU; FQ_STANDIN_DEVICE_PRIO=rt: device threads first in
-    # line for a core): a
-    # pipeline of 4 stages x 2 data-parallel ranks (ranks stage * 2 + d, Send/Recv along each
-    # d), rank 3 (stage 1) spinning 50 % of a step (the job's wall time 15.9 % longer than
-    # the clean job's). Every rank of its chain behind it (5, 7) waited in its Recv 21-22 %
+    # line for a core): a pipeline of 4 stages x 2 data-parallel ranks (ranks stage * 2 + d,
+    # Send/Recv along each d), rank 3 (stage 1) spinning 50 % of a step (the job's wall time
+    # 15.9 % longer than the clean job's). Every rank of its chain behind it (5, 7) waited in its Recv 21-22 %
     # of the span more than its sibling and comes last to its stage's all-reduce; rank 7,
     # the last stage, was named first (21.9 %) until a rank that waited on its Send/Recv
     # peers more than its siblings did was taken for downstream of a delay
