@@ -593,12 +593,22 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 	s->ranks = sqlite3_column_int(st, 0);
 	s->comms = sqlite3_column_int(st, 1);
 	sqlite3_finalize(st);
-	/* a pipeline of one rank a stage: send/recv, and no collective to compare ranks by */
-	if (!s->ranks && !netcheck &&
-	    sqlite3_prepare_v2(db, "SELECT count(*) FROM results WHERE kind = 'p2p'", -1, &st,
-			       NULL) == SQLITE_OK) {
-		if (sqlite3_step(st) == SQLITE_ROW)
-			s->p2p_only = sqlite3_column_int(st, 0) > 0;
+	/*
+	 * A pipeline of one rank a stage: send/recv, and no collective to compare ranks by,
+	 * or only a few (a barrier now and then): the most of either any rank made
+	 */
+	if (!netcheck &&
+	    sqlite3_prepare_v2(db, "SELECT (SELECT count(*) FROM results WHERE kind = 'p2p'), "
+				   "(SELECT coalesce(max(n), 0) FROM (SELECT sum(n) AS n FROM "
+				   "results WHERE kind = 'rank' GROUP BY node, comm_hash, rank, pid)), "
+				   "(SELECT coalesce(max(n), 0) FROM (SELECT sum(n) AS n FROM "
+				   "results WHERE kind = 'p2p' GROUP BY node, comm_hash, rank, pid))",
+			       -1, &st, NULL) == SQLITE_OK) {
+		if (sqlite3_step(st) == SQLITE_ROW) {
+			s->p2p_only = !s->ranks && sqlite3_column_int(st, 0) > 0;
+			s->colls = sqlite3_column_int(st, 1);
+			s->p2p = sqlite3_column_int(st, 2);
+		}
 		sqlite3_finalize(st);
 	}
 	/*

@@ -77,6 +77,12 @@ int an_count(sqlite3 *db, int netcheck, struct an_findings *fd);
  * What the node rows in table results cover: an analysis that saw no rank,
  * or only some ranks of a communicator, has no verdict to give.
  */
+/*
+ * Fewer collectives a rank than this beside more send/recv (a pipeline of one rank a stage,
+ * whose window holds a barrier or two) is no verdict: the kernels' signal itself asks 16.
+ */
+#define AN_FEW_COLLS 16
+
 struct an_seen {
 	int known;	      /* the rows carry comm_hash, rank and nranks */
 	int ranks, comms;     /* distinct (communicator, rank) pairs, communicators */
@@ -84,6 +90,7 @@ struct an_seen {
 	char *comm;	      /* the first of them (malloc'd) ... */
 	int answered, declared; /* ... its ranks that answered, and its nranks */
 	int p2p_only;	      /* no rank, but Send/Recv in the window ('p2p' rows) */
+	int colls, p2p;	      /* the most collectives, and Send/Recv, of any rank in the window */
 };
 int an_seen(sqlite3 *db, int netcheck, struct an_seen *s);
 void an_seen_release(struct an_seen *s);

@@ -60,6 +60,12 @@ static char *analysis_short(const struct an_seen *s, const struct query_opts *q,
 				 "of the job",
 			     s->answered, s->declared, s->comm,
 			     s->partial > 1 ? " (and more communicators are short)" : "");
+	else if (s->colls < AN_FEW_COLLS && s->p2p > s->colls)
+		/* a clean verdict over a barrier or two would say nothing of the send/recv */
+		r = asprintf(&m, "only %d collective%s a rank beside %d send/recv%s in %s on %zu "
+				 "node%s, too few to compare ranks by: stragglers judges collectives",
+			     s->colls, s->colls == 1 ? "" : "s", s->p2p, job, win, nodes,
+			     nodes == 1 ? "" : "s");
 	else
 		return NULL;
 	return r < 0 ? strdup("too few ranks answered") : m;

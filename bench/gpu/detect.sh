@@ -206,13 +206,17 @@ PY
 		;;
 	overhead)
 		# alternating untraced and traced (agents + plugin) DDP runs of the same phases;
-		# OVH_MODES may add "agents" (no plugin) and "plugin" (no agents) to tell their costs
-		# apart, OVH_ROUNDS sets the rounds
+		# OVH_MODES may add "agents" (no plugin), "plugin" (no agents) and "nonvml" (agents
+		# and plugin, the agents' GPU sampler off) to tell their costs apart, OVH_ROUNDS sets
+		# the rounds
 		for round in ${OVH_ROUNDS:-1 2}; do
 			for mode in ${OVH_MODES:-off on}; do
-				case $mode in on | agents) start_agents "ovh$round" ;; esac
 				case $mode in
-				on | plugin) export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so ;;
+				on | agents) start_agents "ovh$round" ;;
+				nonvml) AGENTD_ARGS="${AGENTD_ARGS:-} --gpu-interval 0" start_agents "ovn$round" ;;
+				esac
+				case $mode in
+				on | plugin | nonvml) export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so ;;
 				*) unset NCCL_PROFILER_PLUGIN ;;
 				esac
 				# (OVH_ARGS, OVH_PHASES: another job, e.g. the transformer's clean phases)
@@ -225,7 +229,7 @@ PY
 				echo "overhead $mode round $round: $(cat "$out/overhead-$mode-$round.jsonl" 2>/dev/null | tr '\n' ' ')"
 				case $mode in
 				on) stop_agents; keep_traces "ovh$round" ;;
-				agents) stop_agents ;;
+				agents | nonvml) stop_agents ;;
 				esac
 			done
 		done

@@ -179,6 +179,14 @@ CASES = {
     # the last stage, was named first (21.9 %) until a rank that waited on its Send/Recv
     # peers more than its siblings did was taken for downstream of a delay
     "s13-pipe4-busy50": (3, 15.9),
+    # round 14, held out (never tuned on, whole phases as fleetq saw them live): the MLP
+    # under DDP on 2 x H200, a pair. Rank 1's GPU 10 % slower before its forward, a sync
+    # every step (5.9 % against the run's clean phases); rank 1's GPU slower all through
+    # its step (20 %) with a sync every 20 (16.8 % against the clean phases of that regime),
+    # its kernels' effect about half of it; a clean phase
+    "d17-gpu10": (1, 5.9),
+    "d17-slow20s20": (1, 16.8),
+    "d17-clean3": (None, 0.0),
 }
 # cases whose named rank is checked but not the size of its effect: rank 0 waits 28.8 % of
 # the span for rank 1 in their all-reduce (before the send/recv rule too), while the job

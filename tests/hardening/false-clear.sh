@@ -134,6 +134,26 @@ done
 fq -w "$SS" stragglers --since 10s
 expect_rc 3 "stragglers over send/recv only"
 err_has "^fleetq: only send/recv in the last 10s on 2 nodes, no collective to compare ranks by: stragglers judges collectives$"
+# the same with a barrier or two in the window (3 collectives of each rank 2.5 s ago stay
+# all-reduces, numbered from 0 as agentd numbers collectives apart from send/recv): a clean
+# verdict over those would say nothing of the send/recv either
+for k in 0 1; do
+	"$TRACEGEN" --out "$T/b$k.db" --node "sb$k" --ranks 1 --rank-base $k --nranks 2 \
+		--steps 200 --end "$(date +%s)" --seed 11 --comm-hash 00000000000000bd >"$T/gen.log" 2>&1 ||
+		fail "fq-tracegen sb$k"
+	python3 -c "import sqlite3, sys
+d = sqlite3.connect(sys.argv[1])
+d.execute(\"UPDATE collectives SET op = CASE WHEN rank = 0 THEN 'Send' ELSE 'Recv' END, \"
+          \"peer = 1 - rank WHERE seq NOT BETWEEN 150 AND 152\")
+d.execute(\"UPDATE collectives SET seq = seq - 150 WHERE op NOT IN ('Send', 'Recv')\")
+assert d.execute(\"SELECT count(*) FROM collectives WHERE op NOT IN ('Send', 'Recv')\").fetchone()[0] == 3
+d.commit()" "$T/b$k.db" || fail "send/recv and a barrier sb$k"
+	start_agent "b$k" "$T/b$k.db" ca
+	SB="${SB:-}${SB:+,}127.0.0.1:$PORT"
+done
+fq -w "$SB" stragglers --since 10s
+expect_rc 3 "stragglers over send/recv and a barrier or two"
+err_has "^fleetq: only 3 collectives a rank beside [0-9]* send/recv in the last 10s on 2 nodes, too few to compare ranks by: stragglers judges collectives$"
 # a communicator made by ncclCommSplit (a pipeline stage's data-parallel group): agentd sees
 # no rank or size for it on the CPU side, only the plugin's kernel rows carry them. Its
 # ranks answered: a verdict, exit 0; one of its two nodes: 1 of 2 answered, exit 3
