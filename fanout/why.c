@@ -236,6 +236,12 @@ void why_report(FILE *out, sqlite3_stmt *st)
 		fprintf(out, "; %s; util ", row_has(st, "gpu_reason") ? row_txt(st, "gpu_reason")
 								    : "no clock-event reason");
 		pair(out, st, "util_pct", "peer_util_pct", "%");
+		/* a kernel spinning in wait for a late rank is busy to NVML */
+		if (row_has(st, "coll_gpu_pct")) {
+			fprintf(out, " (collective kernels ");
+			pair(out, st, "coll_gpu_pct", "peer_coll_gpu_pct", "%");
+			fputc(')', out);
+		}
 		if (row_has(st, "temp_c"))
 			fprintf(out, "; %s C", row_txt(st, "temp_c"));
 		fputc('\n', out);

@@ -28,7 +28,8 @@
 --   reason in most of its samples, NULL: none), util_pct, peer_util_pct, temp_c,
 --   preempted_pct, peer_preempted_pct, blocked_pct, peer_blocked_pct (off-CPU time of its
 --   main thread, % of its window), tcp_retrans,
---   peer_tcp_retrans, ib_errors, peer_ib_errors, ib_worst, cause (the rule that gives the
+--   peer_tcp_retrans, ib_errors, peer_ib_errors, ib_worst, coll_gpu_pct, peer_coll_gpu_pct
+--   (its collective kernels' GPU time, % of its window; NULL without the plugin), cause (the rule that gives the
 --   likely cause: 'gpu_clock', 'preempted', 'blocked', 'ib', 'tcp', 'host'; NULL: none
 --   fired),
 --   causes (every rule that fired, in that order), likely_cause (the line a person reads).
@@ -44,6 +45,7 @@ r AS (
 	       100.0 * preempted_ns / nullif(t1_ns - t0_ns, 0) AS pre,
 	       100.0 * blocked_ns / nullif(t1_ns - t0_ns, 0) AS blk,
 	       tcp_retrans AS tcp, ib_errors AS ib, ib_worst, idle_pct,
+	       100.0 * coll_gpu_ns / nullif(t1_ns - t0_ns, 0) AS coll,
 	       CASE max(coalesce(hwslow_pct, 0), coalesce(thermal_pct, 0),
 			coalesce(power_pct, 0), coalesce(appclk_pct, 0))
 		    WHEN 0 THEN NULL
@@ -61,7 +63,8 @@ c AS (
 	       count(pre) AS n_pre, median(pre) AS m_pre, sum(pre) AS s_pre, mad(pre) AS d_pre,
 	       count(blk) AS n_blk, median(blk) AS m_blk, sum(blk) AS s_blk, mad(blk) AS d_blk,
 	       count(tcp) AS n_tcp, median(tcp) AS m_tcp, sum(tcp) AS s_tcp, mad(tcp) AS d_tcp,
-	       count(ib) AS n_ib, median(ib) AS m_ib, sum(ib) AS s_ib, mad(ib) AS d_ib
+	       count(ib) AS n_ib, median(ib) AS m_ib, sum(ib) AS s_ib, mad(ib) AS d_ib,
+	       count(coll) AS n_coll, median(coll) AS m_coll, sum(coll) AS s_coll
 	FROM r GROUP BY comm_hash
 ),
 p AS (
@@ -78,6 +81,8 @@ p AS (
 		    WHEN c.n_tcp > 2 THEN c.m_tcp END AS p_tcp,
 	       CASE WHEN r.ib IS NULL THEN NULL WHEN c.n_ib = 2 THEN c.s_ib - r.ib
 		    WHEN c.n_ib > 2 THEN c.m_ib END AS p_ib,
+	       CASE WHEN r.coll IS NULL THEN NULL WHEN c.n_coll = 2 THEN c.s_coll - r.coll
+		    WHEN c.n_coll > 2 THEN c.m_coll END AS p_coll,
 	       -- outlier among 3 or more ranks (oriented: positive = the bad side); 2: no test
 	       iif(c.n_sm > 2, -robust_z(r.sm, c.m_sm, c.d_sm), 1e9) AS z_sm,
 	       iif(c.n_ut > 2, -robust_z(r.util_pct, c.m_ut, c.d_ut), 1e9) AS z_ut,
@@ -103,6 +108,10 @@ f AS (
 	       -- loop, a sleep the off-CPU rules did not single out, data, or a CPU-bound process
 	       -- that runs slower than its peers: where its threads run, its NUMA node). A rank
 	       -- that is slow on its GPU is as busy as its peers or busier
+	       -- (NVML counts a collective kernel spinning in wait for the straggler as busy, so
+	       -- its peers look busier whatever slowed it; taking their excess collective time
+	       -- off the gap cleared the host on a GPU 20 % slower under FSDP on 2 H200s, and on
+	       -- four busy-CPU ranks as well: the line below says so instead)
 	       coalesce(p.gpu_samples >= 2 AND p.p_ut - p.util_pct >= prm.util_gap
 			AND p.z_ut > prm.thr, 0) AS f_host
 	FROM p, prm
@@ -113,7 +122,7 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
        round(pre, 1) AS preempted_pct, round(p_pre, 1) AS peer_preempted_pct,
        round(blk, 1) AS blocked_pct, round(p_blk, 1) AS peer_blocked_pct,
        tcp AS tcp_retrans, p_tcp AS peer_tcp_retrans, ib AS ib_errors, p_ib AS peer_ib_errors,
-       ib_worst,
+       ib_worst, round(coll, 1) AS coll_gpu_pct, round(p_coll, 1) AS peer_coll_gpu_pct,
        CASE WHEN f_gpu THEN 'gpu_clock' WHEN f_pre THEN 'preempted' WHEN f_blk THEN 'blocked'
 	    WHEN f_ib THEN 'ib' WHEN f_tcp THEN 'tcp' WHEN f_host THEN 'host' END AS cause,
        nullif(substr(iif(f_gpu, ',gpu_clock', '') || iif(f_pre, ',preempted', '') ||
@@ -131,6 +140,12 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
 				  CAST(round(p_ib) AS INTEGER))
 	    WHEN f_tcp THEN printf('%,d TCP retransmits on its node vs %,d median (network)',
 				   CAST(tcp AS INTEGER), CAST(round(p_tcp) AS INTEGER))
+	    -- the gap within what its peers' collective kernels spun beyond its own: either
+	    WHEN f_host AND p_coll - coll >= p_ut - util_pct
+		THEN printf('GPU %d busy %.0f%% of the time vs %.0f%% median, but its peers'' '
+			    || 'collective kernels ran %.0f points more (waiting on it is busy '
+			    || 'to NVML): its host held its work back, or its GPU was slower '
+			    || '(the two look alike here)', gpu_index, util_pct, p_ut, p_coll - coll)
 	    WHEN f_host THEN printf('GPU %d busy %.0f%% of the time vs %.0f%% median: its work '
 				    || 'reached the GPU late from its host (CPU work, data, or a '
 				    || 'process slower on its cores: check where it runs)',

@@ -33,6 +33,10 @@
 --   tcp_retrans            TCP retransmits on this node in the window (any process)
 --   ib_errors              increments of InfiniBand error counters on this node in the window
 --   ib_worst               the counter (device/port counter) that grew most, or NULL
+--   coll_gpu_ns            GPU time of its collective and send/recv kernels in the window
+--                          (fleetq's NCCL profiler plugin: nccl_kernels.gpu_dur_ns); NULL
+--                          without the plugin's rows. NVML counts a kernel that spins
+--                          waiting for its peers as busy, so a straggler's peers look busy
 WITH
 prm AS (
 	SELECT coalesce(:since_ns, 0) AS since_ns, :job AS job, :comm AS comm,
@@ -156,7 +160,10 @@ SELECT r.comm_hash, r.rank, r.pid, r.t0 AS t0_ns, r.t1 AS t1_ns,
 	WHERE i.comm_hash = r.comm_hash AND i.rank IS r.rank AND i.pid = r.pid) AS ib_errors,
        (SELECT what FROM ib i
 	WHERE i.comm_hash = r.comm_hash AND i.rank IS r.rank AND i.pid = r.pid
-	ORDER BY n DESC LIMIT 1) AS ib_worst
+	ORDER BY n DESC LIMIT 1) AS ib_worst,
+       -- (a range of the table's key, as the off-CPU rows are read)
+       (SELECT sum(k.gpu_dur_ns) FROM nccl_kernels k
+	WHERE k.ts_ns BETWEEN r.t0 AND r.t1 AND +k.pid = r.pid) AS coll_gpu_ns
 FROM rw r
 LEFT JOIN gb g ON g.comm_hash = r.comm_hash AND g.rank IS r.rank AND g.pid = r.pid
 LEFT JOIN off o ON o.comm_hash = r.comm_hash AND o.rank IS r.rank AND o.pid = r.pid

@@ -31,6 +31,9 @@ NODES = {
     "insync": {"insync_ms": 300},
     "preempt": {"preempted_ms": 200},
     "host": {"util": 72},
+    # as busy as "host", but its peers' collective kernels ran 26 points of the window more
+    # than its own (spinning in wait for it, which NVML counts as busy): host or GPU
+    "spun": {"util": 72, "coll_ms": 2},
 }
 
 
@@ -55,6 +58,11 @@ def trace(k, name, o, n=len(NODES)):
                    "VALUES (?,?,?,?,?,?,?,?)",
                    (T0 + i * 100 * MS + 5 * MS, 0, "GPU-%d" % k, o.get("sm", 1980), 1980,
                     o.get("reasons", 0), o.get("util", 90), 45))
+        # the plugin's row of that collective: its kernel's GPU time (25 % of the window)
+        db.execute("INSERT INTO nccl_kernels (ts_ns, pid, rank, nranks, nccl_comm, comm_hash, "
+                   "op, seq, gpu_start_ns, gpu_dur_ns) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                   (T0 + i * 100 * MS + 1000, pid, k, n, "0123456789abcdef", COMM,
+                    "AllReduce", i, i * 100 * MS, o.get("coll_ms", 25) * MS))
         # every rank: a little of both, as on any host
         db.execute("INSERT INTO offcpu VALUES (?,?,?,?,?)",
                    (T0 + i * 100 * MS + 20 * MS, 1 * MS, pid, pid, "preempted"))
@@ -113,7 +121,8 @@ for name, r in by.items():
     print(name, r["cause"], "|", r["likely_cause"])
 # (an-run prints NULL as NULL)
 want = {"clean": "NULL", "power": "gpu_clock", "tcp": "tcp", "ib": "ib", "idle": "NULL",
-        "blocked": "blocked", "insync": "NULL", "preempt": "preempted", "host": "host"}
+        "blocked": "blocked", "insync": "NULL", "preempt": "preempted", "host": "host",
+        "spun": "host"}
 bad = {n: by[n]["cause"] for n in want if by[n]["cause"] != want[n]}
 assert not bad, bad
 assert by["power"]["likely_cause"] == "GPU 0 at 1,500 MHz vs 1,980 median (power cap)", by["power"]
@@ -127,6 +136,12 @@ assert by["preempt"]["likely_cause"].startswith("preempted 2"), by["preempt"]
 assert by["host"]["likely_cause"] == (
     "GPU 0 busy 72% of the time vs 90% median: its work reached the GPU late from its host "
     "(CPU work, data, or a process slower on its cores: check where it runs)"), by["host"]
+assert by["spun"]["likely_cause"] == (
+    "GPU 0 busy 72% of the time vs 90% median, but its peers' collective kernels ran 26 "
+    "points more (waiting on it is busy to NVML): its host held its work back, or its GPU "
+    "was slower (the two look alike here)"), by["spun"]
+assert (float(by["spun"]["coll_gpu_pct"]), float(by["spun"]["peer_coll_gpu_pct"])) == \
+    (2.2, 27.7), by["spun"]
 for n in ("clean", "idle", "insync"):
     assert by[n]["likely_cause"] == "none measured (GPU clocks, off-CPU, network equal to peers)", \
         by[n]
