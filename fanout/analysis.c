@@ -348,6 +348,48 @@ int an_count(sqlite3 *db, int netcheck, struct an_findings *fd)
 	return walk(db, netcheck, NULL, fd, NULL);
 }
 
+char *an_near(sqlite3 *db)
+{
+	/* (a user's merge file without these columns: no line) */
+	static const char sql[] =
+		"SELECT coalesce(job_rank, rank), node, near_signal, near_pct, bar_pct, "
+		"CASE near_signal WHEN 'wait' THEN z_wait WHEN 'gpu' THEN z_gpu ELSE z_cpu END "
+		"FROM temp.fq_analysis WHERE verdict = 'ok' AND near_pct IS NOT NULL "
+		"ORDER BY near_pct DESC LIMIT 1";
+	sqlite3_stmt *st = NULL;
+	char *line = NULL;
+
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW) {
+		const char *sig = (const char *)sqlite3_column_text(st, 2);
+		const char *what = !sig			  ? "signal stands"
+				   : !strcmp(sig, "wait") ? "synchronize waits stand"
+				   : !strcmp(sig, "gpu")  ? "collective kernels stand"
+							  : "CPU work stands";
+		double eff = sqlite3_column_double(st, 3), bar = sqlite3_column_double(st, 4);
+		char tail[160];
+
+		if (sqlite3_column_type(st, 4) == SQLITE_NULL)
+			snprintf(tail, sizeof(tail), "no bar known");
+		else if (eff < bar)
+			snprintf(tail, sizeof(tail), "under the bar of %.1f%%", bar);
+		else
+			/* past the bar: the kernels, the pair or the send/recv rules held it back */
+			snprintf(tail, sizeof(tail), "past the bar of %.1f%% but held back by the "
+						     "other rules (--all shows every rank)", bar);
+		if (asprintf(&line, "  closest: rank %s on %s: its %s out (z %.2f), %.1f%% "
+				    "of the span, %s\n",
+			     sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0)
+							: "?",
+			     sqlite3_column_text(st, 1) ? (const char *)sqlite3_column_text(st, 1)
+							: "?",
+			     what, sqlite3_column_double(st, 5), eff, tail) < 0)
+			line = NULL;
+	}
+	sqlite3_finalize(st);
+	return line;
+}
+
 /* "late" is in the comma list sigs. */
 static int named(const char *sigs, const char *sig)
 {

@@ -72,6 +72,11 @@ int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, struct an_fin
 const char *an_judged(const struct an_findings *fd, char *buf, size_t n);
 /* The same counts without a report (machine formats). */
 int an_count(sqlite3 *db, int netcheck, struct an_findings *fd);
+/*
+ * stragglers, before the rows of ranks not named go: the line that says which of them came
+ * closest to a verdict and by how much (malloc'd), or NULL when none stood out.
+ */
+char *an_near(sqlite3 *db);
 
 /*
  * What the node rows in table results cover: an analysis that saw no rank,

@@ -138,7 +138,7 @@ static int load_plan(struct run *r, const char *all, int with_why)
 	};
 	r->mp[r->nmp++] = (struct an_param){
 		all,
-		q->all || r->bars ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
+		q->all || r->bars || r->near ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
 				  : (struct wire_value){ .type = WIRE_NULL },
 		NULL,
 	};
@@ -181,6 +181,8 @@ int prepare_stragglers(struct run *r)
 	/* The bars need every rank's row: the merge gives them all, the report reads findings. */
 	r->bars = r->format == FMT_REPORT && !q->watch_ns &&
 		  (q->bars == BARS_ALWAYS || (q->bars == BARS_AUTO && isatty(STDOUT_FILENO)));
+	/* ... and so does the line under a clean verdict (which rank came closest) */
+	r->near = r->format == FMT_REPORT && !q->watch_ns && !q->all;
 	return load_plan(r, ":all_ranks", 1);
 }
 
@@ -238,9 +240,14 @@ static int run_analysis(struct run *r, int net)
 					  r->cause ? r->cause : strerror(-err));
 			goto done;
 		}
+		if (r->near)
+			r->near_text = an_near(merge_db(m));
 		if (r->bars)
 			r->bar_text = bars_take(merge_db(m), q->threshold > 0 ? q->threshold : 3.5,
 						q->all);
+		else if (r->near)
+			sqlite3_exec(merge_db(m), "DELETE FROM temp.fq_analysis WHERE verdict = 'ok'",
+				     NULL, NULL, NULL);
 		/* Why: the verdict stands without it, so a failure is only said. */
 		free(r->cause);
 		r->cause = NULL;
@@ -275,6 +282,9 @@ static int run_analysis(struct run *r, int net)
 		ret = usage_error("cannot read the analysis: %s", sqlite3_errmsg(merge_db(m)));
 		goto done;
 	}
+	/* a clean verdict's margin: a finding, or no verdict, says more than it */
+	if (r->near_text && answered && !r->short_of && !r->fd.hung && !r->fd.stragglers)
+		fputs(r->near_text, stdout);
 	if (r->bar_text && answered)
 		fputs(r->bar_text, stdout);
 	/* a fan-out cut short by Ctrl-C would read as ranks that left */

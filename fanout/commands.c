@@ -517,6 +517,7 @@ static void run_release(struct run *r)
 	if (r->tl && r->tl != stdout)
 		fclose(r->tl);
 	free(r->bar_text);
+	free(r->near_text);
 	free(r->qvals);
 	free(r->cause);
 	free(r->sql_buf);

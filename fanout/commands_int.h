@@ -50,9 +50,10 @@ struct run {
 	long long fail_rows;
 	int format;
 	int bars;  /* stragglers: draw the bars */
+	int near;  /* stragglers: say which rank came closest below a clean verdict */
 	int plain; /* a query printed straight from the wire */
 	FILE *tl;
-	char *bar_text;
+	char *bar_text, *near_text;
 };
 
 /*

@@ -49,7 +49,10 @@
 --   stopped_op, stopped_s_ago, job_rank (the process's rank in the job, its RANK; NULL:
 --   unknown; `rank` is its rank in this communicator), bar_pct (the effect a signal needed
 --   to name a rank of this communicator: :min_effect, :pair_effect for a pair, grown for a
---   short span), bar_steps (the span's steps where the bar grew for it, else NULL).
+--   short span), bar_steps (the span's steps where the bar grew for it, else NULL),
+--   near_signal, near_pct (a rank not named: of its signals past :threshold on their own z,
+--   wait, gpu or cpu (a pair's kernels alone where known), the one whose effect is largest,
+--   and that effect; else NULL: what a clean verdict missed naming it by, against bar_pct).
 WITH
 -- each process's rank in the job, where its node knows it
 jr AS (
@@ -626,8 +629,19 @@ SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        iif(hung, round(age_ns / 1e9, 3), NULL) AS stopped_s_ago,
        (SELECT jr.job_rank FROM jr WHERE jr.node IS w.node AND jr.pid IS w.pid) AS job_rank,
        round(100 * bar, 1) AS bar_pct,
-       iif(bscale > 1, CAST(round(cspan / nullif(step, 0)) AS INTEGER), NULL) AS bar_steps
-FROM w, prm
+       iif(bscale > 1, CAST(round(cspan / nullif(step, 0)) AS INTEGER), NULL) AS bar_steps,
+       -- (lateness is left out: a CPU running ahead of its GPU is late at no cost; a pair
+       -- whose kernels are known has their effect alone, as its verdict has)
+       iif(verdict = 'ok' AND near >= 0, CASE near WHEN nw THEN 'wait' WHEN ng THEN 'gpu'
+						      ELSE 'cpu' END, NULL) AS near_signal,
+       iif(verdict = 'ok' AND near >= 0, round(100 * near, 1), NULL) AS near_pct
+FROM (SELECT w.*, max(nw, ng, nc) AS near
+      FROM (SELECT w.*, iif(z_wait > prm.thr AND NOT (gn = 2 AND z_gpu IS NOT NULL),
+			    coalesce(e_wait, 0), -1) AS nw,
+		   iif(z_gpu > prm.thr, coalesce(e_gpu, 0), -1) AS ng,
+		   iif(z_cpu > prm.thr AND NOT (gn = 2 AND z_gpu IS NOT NULL),
+		       coalesce(e_cpu, 0), -1) AS nc
+	    FROM w, prm) w) w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
 ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,
 	 iif(nsig > 0, eff_on, eff_any) DESC, nsig DESC, comm_hash, rank

@@ -121,6 +121,18 @@ expect_rc 1 "slow rank, one node down"
 expect_err "unreachable"
 fq -w "$HOSTS" stragglers --since 2m --threshold 1e5
 expect_rc 0 "slow rank under an absurd threshold"
+! grep -q "closest" "$T/out" || fail "closest with no z past the threshold: $(cat "$T/out")"
+# a clean verdict says which rank came closest, and by how much: under a bar of 90 % the
+# slow rank is no straggler (exit 0), but the line under the verdict names it
+fq -w "$HOSTS" stragglers --since 2m --min-effect 90
+expect_rc 0 "slow rank under a bar of 90 %"
+grep -q "^no straggler: 16 ranks" "$T/out" || fail "under a bar of 90 %: $(cat "$T/out")"
+grep -Eq "^  closest: rank 6 on $SLOWNODE: its (synchronize waits stand|collective kernels stand|CPU work stands) out \(z [0-9.]+\), [0-9.]+% of the span, under the bar of 90.0%$" \
+	"$T/out" || fail "closest line: $(cat "$T/out")"
+# ... and only in the report: machine formats keep their rows (none)
+fq -w "$HOSTS" stragglers --since 2m --min-effect 90 --format tsv
+expect_rc 0 "slow rank under a bar of 90 %, tsv"
+[ "$(wc -l <"$T/out")" = 1 ] || fail "tsv under a bar of 90 %: $(cat "$T/out")"
 
 # 6. hung rank 9 (node2) at seq 120: exit 5, "stopped at seq 120"
 job hang --seed 3 --hang-rank 9 --hang-at 120
