@@ -287,6 +287,8 @@ static int run_analysis(struct run *r, int net)
 		fputs(r->near_text, stdout);
 	if (r->bar_text && answered)
 		fputs(r->bar_text, stdout);
+	/* (before the summary on stderr, in a file that holds both) */
+	fflush(stdout);
 	/* a fan-out cut short by Ctrl-C would read as ranks that left */
 	if (q->watch && !fq_interrupted &&
 	    watch_step(q->watch, merge_has_table(m) && answered ? merge_db(m) : NULL, r->cov,
