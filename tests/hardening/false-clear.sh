@@ -118,40 +118,37 @@ fq -w "$P0" stragglers --since 10s
 expect_rc 3 "stragglers without the idle rank's node"
 err_has "^fleetq: 1 of 2 ranks of communicator 00000000000000aa answered: query every node of the job$"
 
-# a pipeline of one rank a stage: only send/recv in the window, nothing to compare ranks by
-for k in 0 1; do
-	"$TRACEGEN" --out "$T/s$k.db" --node "ss$k" --ranks 1 --rank-base $k --nranks 2 \
-		--steps 200 --end "$NOW_S" --seed 11 --comm-hash 00000000000000bb >"$T/gen.log" 2>&1 ||
-		fail "fq-tracegen ss$k"
-	python3 -c "import sqlite3, sys
+# pipe_pair TAG END COMM [FIRST]: a pipeline of one rank a stage, two nodes of one rank whose
+# collectives, ending at END, all turn to send/recv but the 3 from seq FIRST (renumbered from
+# 0, as agentd numbers collectives apart from send/recv); serves them, their hosts in $PP
+pipe_pair() {
+	PP=
+	for k in 0 1; do
+		"$TRACEGEN" --out "$T/$1$k.db" --node "$1$k" --ranks 1 --rank-base $k --nranks 2 \
+			--steps 200 --end "$2" --seed 11 --comm-hash "$3" >"$T/gen.log" 2>&1 ||
+			fail "fq-tracegen $1$k"
+		python3 -c "import sqlite3, sys
 d = sqlite3.connect(sys.argv[1])
+f = int(sys.argv[2])
 d.execute(\"UPDATE collectives SET op = CASE WHEN rank = 0 THEN 'Send' ELSE 'Recv' END, \"
-          \"peer = 1 - rank\")
-d.commit()" "$T/s$k.db" || fail "send/recv ss$k"
-	start_agent "s$k" "$T/s$k.db" ca
-	SS="${SS:-}${SS:+,}127.0.0.1:$PORT"
-done
-fq -w "$SS" stragglers --since 10s
+          \"peer = 1 - rank WHERE seq NOT BETWEEN ? AND ?\", (f, f + 2) if f >= 0 else (-1, -1))
+d.execute(\"UPDATE collectives SET seq = seq - ? WHERE op NOT IN ('Send', 'Recv')\", (f,))
+kept = d.execute(\"SELECT count(*) FROM collectives WHERE op NOT IN ('Send', 'Recv')\").fetchone()[0]
+assert kept == (3 if f >= 0 else 0), kept
+d.commit()" "$T/$1$k.db" "${4:--1}" || fail "send/recv $1$k"
+		start_agent "$1$k" "$T/$1$k.db" ca
+		PP="$PP${PP:+,}127.0.0.1:$PORT"
+	done
+}
+# only send/recv in the window, nothing to compare ranks by
+pipe_pair ss "$NOW_S" 00000000000000bb
+fq -w "$PP" stragglers --since 10s
 expect_rc 3 "stragglers over send/recv only"
 err_has "^fleetq: only send/recv in the last 10s on 2 nodes, no collective to compare ranks by: stragglers judges collectives$"
 # the same with a barrier or two in the window (3 collectives of each rank 2.5 s ago stay
-# all-reduces, numbered from 0 as agentd numbers collectives apart from send/recv): a clean
-# verdict over those would say nothing of the send/recv either
-for k in 0 1; do
-	"$TRACEGEN" --out "$T/b$k.db" --node "sb$k" --ranks 1 --rank-base $k --nranks 2 \
-		--steps 200 --end "$(date +%s)" --seed 11 --comm-hash 00000000000000bd >"$T/gen.log" 2>&1 ||
-		fail "fq-tracegen sb$k"
-	python3 -c "import sqlite3, sys
-d = sqlite3.connect(sys.argv[1])
-d.execute(\"UPDATE collectives SET op = CASE WHEN rank = 0 THEN 'Send' ELSE 'Recv' END, \"
-          \"peer = 1 - rank WHERE seq NOT BETWEEN 150 AND 152\")
-d.execute(\"UPDATE collectives SET seq = seq - 150 WHERE op NOT IN ('Send', 'Recv')\")
-assert d.execute(\"SELECT count(*) FROM collectives WHERE op NOT IN ('Send', 'Recv')\").fetchone()[0] == 3
-d.commit()" "$T/b$k.db" || fail "send/recv and a barrier sb$k"
-	start_agent "b$k" "$T/b$k.db" ca
-	SB="${SB:-}${SB:+,}127.0.0.1:$PORT"
-done
-fq -w "$SB" stragglers --since 10s
+# all-reduces): a clean verdict over those would say nothing of the send/recv either
+pipe_pair sb "$(date +%s)" 00000000000000bd 150
+fq -w "$PP" stragglers --since 10s
 expect_rc 3 "stragglers over send/recv and a barrier or two"
 err_has "^fleetq: only 3 collectives a rank beside [0-9]* send/recv in the last 10s on 2 nodes, too few to compare ranks by: stragglers judges collectives$"
 # a communicator made by ncclCommSplit (a pipeline stage's data-parallel group): agentd sees
