@@ -79,15 +79,15 @@ int an_count(sqlite3 *db, int netcheck, struct an_findings *fd);
 char *an_near(sqlite3 *db);
 
 /*
- * What the node rows in table results cover: an analysis that saw no rank,
- * or only some ranks of a communicator, has no verdict to give.
- */
-/*
  * Fewer collectives a rank than this beside more send/recv (a pipeline of one rank a stage,
  * whose window holds a barrier or two) is no verdict: the kernels' signal itself asks 16.
  */
 #define AN_FEW_COLLS 16
 
+/*
+ * What the node rows in table results cover: an analysis that saw no rank,
+ * or only some ranks of a communicator, has no verdict to give.
+ */
 struct an_seen {
 	int known;	      /* the rows carry comm_hash, rank and nranks */
 	int ranks, comms;     /* distinct (communicator, rank) pairs, communicators */
