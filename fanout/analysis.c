@@ -640,11 +640,12 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 	 * or only a few (a barrier now and then): the most of either any rank made
 	 */
 	if (!netcheck &&
-	    sqlite3_prepare_v2(db, "SELECT (SELECT count(*) FROM results WHERE kind = 'p2p'), "
-				   "(SELECT coalesce(max(n), 0) FROM (SELECT sum(n) AS n FROM "
-				   "results WHERE kind = 'rank' GROUP BY node, comm_hash, rank, pid)), "
-				   "(SELECT coalesce(max(n), 0) FROM (SELECT sum(n) AS n FROM "
-				   "results WHERE kind = 'p2p' GROUP BY node, comm_hash, rank, pid))",
+	    sqlite3_prepare_v2(db, "SELECT count(*) FILTER (WHERE kind = 'p2p'), "
+				   "coalesce(max(n) FILTER (WHERE kind = 'rank'), 0), "
+				   "coalesce(max(n) FILTER (WHERE kind = 'p2p'), 0) "
+				   "FROM (SELECT kind, sum(n) AS n FROM results "
+				   "WHERE kind IN ('rank', 'p2p') "
+				   "GROUP BY kind, node, comm_hash, rank, pid)",
 			       -1, &st, NULL) == SQLITE_OK) {
 		if (sqlite3_step(st) == SQLITE_ROW) {
 			s->p2p_only = !s->ranks && sqlite3_column_int(st, 0) > 0;

@@ -111,7 +111,7 @@ f AS (
 	       -- (NVML counts a collective kernel spinning in wait for the straggler as busy, so
 	       -- its peers look busier whatever slowed it; taking their excess collective time
 	       -- off the gap cleared the host on a GPU 20 % slower under FSDP on 2 H200s, and on
-	       -- four busy-CPU ranks as well: the line below says so instead)
+	       -- all five CPU faults' ranks as well: the line below says so instead)
 	       coalesce(p.gpu_samples >= 2 AND p.p_ut - p.util_pct >= prm.util_gap
 			AND p.z_ut > prm.thr, 0) AS f_host
 	FROM p, prm
