@@ -111,10 +111,16 @@ until [ "$(sinfo -h -n localhost -o %T 2>/dev/null)" = idle ]; do
 done
 ok "slurmctld and slurmd up, node localhost idle"
 
-# job ARGS...: sbatch the stand-in with these fq-workload options and wait; sets JOB
+# job ARGS...: sbatch the stand-in with these fq-workload options and wait; sets JOB.
+# A step is 0.5 ms of CPU work and 2 ms of device time (a sleep): four ranks fit in 2 CPUs.
+# With the stand-in's default (2 ms spinning a step) they ask twice the CPUs of a 2-core
+# machine, and the rank that loses the CPU to agentd and the scheduler really holds the
+# others back: a CI run named the clean job's rank 0 at 4.1 % (z_wait 4.1). Over 20 clean
+# jobs of each shape with one agentd here, that shape's z_wait reached 3.8 (5.1 on one CPU),
+# this one's stayed under 0.8 (on one CPU too); rank 2 slowed by 30 % is named at 18 %.
 job() {
 	JOB=$(sbatch --parsable --wait -N1 -n1 -o "$T/job-%j.out" \
-		--wrap "exec '$STANDIN/fq-workload' --ranks 4 --steps 400 --job-id \$SLURM_JOB_ID $*") ||
+		--wrap "exec '$STANDIN/fq-workload' --ranks 4 --steps 400 --step-us 500 --kernel-us 2000 --job-id \$SLURM_JOB_ID $*") ||
 		fail "sbatch failed (job '$JOB'): $(cat "$T"/job-*.out 2>/dev/null | tail -n 3)"
 	JOB=${JOB%%;*}
 	await "job $JOB: the epilog did not finish in 60 s" 600 0.1 - test -s "$S/epilog-rc.$JOB"
