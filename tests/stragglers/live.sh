@@ -33,6 +33,7 @@ run() {
 run clean-$$
 echo "clean job traced after ${SECONDS}s"
 fq -w "$HOSTS" stragglers --since 5m --job clean-$$
+cat "$T/out"
 expect_rc 0 "live clean job"
 grep -q "^no straggler: 8 ranks in 1 communicator" "$T/out" || fail "clean: $(cat "$T/out")"
 
