@@ -508,12 +508,15 @@ const char *an_judged(const struct an_findings *fd, char *buf, size_t n)
 	return buf;
 }
 
-int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd)
+int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, const char *short_of,
+			 struct an_findings *fd)
 {
 	int err = walk(db, 0, out, fd, straggler_row);
 
 	if (!err && !fd->hung && !fd->stragglers && !fd->ranks)
 		fprintf(out, "no verdict: no rank in the window, %s\n", window);
+	else if (!err && !fd->hung && !fd->stragglers && short_of)
+		fprintf(out, "no verdict: %s\n", short_of);
 	else if (!err && !fd->hung && !fd->stragglers) {
 		char judged[64];
 
@@ -557,12 +560,15 @@ static void netcheck_row(FILE *out, sqlite3_stmt *st)
 		or_q(row_txt(st, "windows")), or_q(row_txt(st, "ranks")));
 }
 
-int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd)
+int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, const char *short_of,
+		       struct an_findings *fd)
 {
 	int err = walk(db, 1, out, fd, netcheck_row);
 
 	if (!err && !fd->flagged && !fd->ranks)
 		fprintf(out, "no verdict: no rank in the window, %s\n", window);
+	else if (!err && !fd->flagged && short_of)
+		fprintf(out, "no verdict: %s\n", short_of);
 	else if (!err && !fd->flagged)
 		fprintf(out, "no network trouble: %d rank%s in %d communicator%s, %s\n", fd->ranks,
 			fd->ranks == 1 ? "" : "s", fd->comms, fd->comms == 1 ? "" : "s", window);
@@ -639,15 +645,22 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 	 * A pipeline of one rank a stage: send/recv, and no collective to compare ranks by,
 	 * or only a few (a barrier now and then): the most of either any rank made
 	 */
-	if (!netcheck &&
-	    sqlite3_prepare_v2(db, "SELECT count(*) FILTER (WHERE kind = 'p2p'), "
-				   "coalesce(max(n) FILTER (WHERE kind = 'rank'), 0), "
-				   "coalesce(max(n) FILTER (WHERE kind = 'p2p'), 0) "
-				   "FROM (SELECT kind, sum(n) AS n FROM results "
-				   "WHERE kind IN ('rank', 'p2p') "
-				   "GROUP BY kind, node, comm_hash, rank, pid)",
+	s->netcheck = netcheck;
+	/* (netcheck: each rank's collectives inside and outside its slow windows) */
+	if (sqlite3_prepare_v2(db,
+			       netcheck ? "SELECT 0, coalesce(max(n), 0), 0 "
+					  "FROM (SELECT sum(in_n + out_n) AS n FROM results "
+					  "WHERE source = 'span' "
+					  "GROUP BY node, comm_hash, rank, pid)"
+					: "SELECT count(*) FILTER (WHERE kind = 'p2p'), "
+					  "coalesce(max(n) FILTER (WHERE kind = 'rank'), 0), "
+					  "coalesce(max(n) FILTER (WHERE kind = 'p2p'), 0) "
+					  "FROM (SELECT kind, sum(n) AS n FROM results "
+					  "WHERE kind IN ('rank', 'p2p') "
+					  "GROUP BY kind, node, comm_hash, rank, pid)",
 			       -1, &st, NULL) == SQLITE_OK) {
 		if (sqlite3_step(st) == SQLITE_ROW) {
+			s->counted = 1;
 			s->p2p_only = !s->ranks && sqlite3_column_int(st, 0) > 0;
 			s->colls = sqlite3_column_int(st, 1);
 			s->p2p = sqlite3_column_int(st, 2);

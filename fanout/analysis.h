@@ -65,9 +65,14 @@ struct an_findings {
 };
 void an_findings_release(struct an_findings *f);
 
-/* Human reports on out; fill *fd. window: "the last 60s", "all time". */
-int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd);
-int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, struct an_findings *fd);
+/*
+ * Human reports on out; fill *fd. window: "the last 60s", "all time"; short_of: why the
+ * rows are no verdict (the clean line says so instead), or NULL.
+ */
+int an_report_stragglers(sqlite3 *db, FILE *out, const char *window, const char *short_of,
+			 struct an_findings *fd);
+int an_report_netcheck(sqlite3 *db, FILE *out, const char *window, const char *short_of,
+		       struct an_findings *fd);
 /* ": 1.3 s of collectives judged" (the span of fd), or "" when unknown; in buf. */
 const char *an_judged(const struct an_findings *fd, char *buf, size_t n);
 /* The same counts without a report (machine formats). */
@@ -79,8 +84,11 @@ int an_count(sqlite3 *db, int netcheck, struct an_findings *fd);
 char *an_near(sqlite3 *db);
 
 /*
- * Fewer collectives a rank than this beside more send/recv (a pipeline of one rank a stage,
- * whose window holds a barrier or two) is no verdict: the kernels' signal itself asks 16.
+ * Fewer collectives a rank than this in every communicator is no verdict: a window over an
+ * idle stretch (a checkpoint, an evaluation without collectives, the job's end) or a
+ * pipeline of one rank a stage, whose window holds send/recv and a barrier or two. The
+ * kernels' signal itself asks 16 of an op; netcheck's slow windows (the slowest tenth)
+ * would be one or two.
  */
 #define AN_FEW_COLLS 16
 
@@ -95,6 +103,8 @@ struct an_seen {
 	char *comm;	      /* the first of them (malloc'd) ... */
 	int answered, declared; /* ... its ranks that answered, and its nranks */
 	int p2p_only;	      /* no rank, but Send/Recv in the window ('p2p' rows) */
+	int netcheck;	      /* the rows are netcheck's (else stragglers') */
+	int counted;	      /* colls and p2p were counted */
 	int colls, p2p;	      /* the most collectives, and Send/Recv, of any rank in the window */
 };
 int an_seen(sqlite3 *db, int netcheck, struct an_seen *s);

@@ -60,12 +60,22 @@ static char *analysis_short(const struct an_seen *s, const struct query_opts *q,
 				 "of the job",
 			     s->answered, s->declared, s->comm,
 			     s->partial > 1 ? " (and more communicators are short)" : "");
-	else if (s->colls < AN_FEW_COLLS && s->p2p > s->colls)
+	else if (s->counted && s->colls < AN_FEW_COLLS && s->p2p > s->colls)
 		/* a clean verdict over a barrier or two would say nothing of the send/recv */
 		r = asprintf(&m, "only %d collective%s a rank beside %d send/recv%s in %s on %zu "
 				 "node%s, too few to compare ranks by: stragglers judges collectives",
 			     s->colls, s->colls == 1 ? "" : "s", s->p2p, job, win, nodes,
 			     nodes == 1 ? "" : "s");
+	else if (s->counted && s->colls < AN_FEW_COLLS)
+		/* an idle stretch: "clean" over a barrier or two would be a verdict on nothing */
+		r = asprintf(&m, "only %d collective%s a rank%s in %s on %zu node%s, too few to "
+				 "%s (%d at least)%s",
+			     s->colls, s->colls == 1 ? "" : "s", job, win, nodes,
+			     nodes == 1 ? "" : "s",
+			     s->netcheck ? "find slow ones in" : "compare ranks by", AN_FEW_COLLS,
+			     q->max_seqs > 0 && q->max_seqs < AN_FEW_COLLS ? ": raise --max-seqs"
+			     : q->since_ns				  ? ": widen --since"
+									  : "");
 	else
 		return NULL;
 	return r < 0 ? strdup("too few ranks answered") : m;
@@ -258,14 +268,9 @@ static int run_analysis(struct run *r, int net)
 				r->cause ? r->cause : "out of memory");
 	}
 	answered = coverage_count(r->cov, FQ_OK) + coverage_count(r->cov, FQ_TRUNCATED);
-	if (r->format == FMT_REPORT && merge_has_table(m) && answered && !q->watch)
-		err = !net ? an_report_stragglers(merge_db(m), stdout, r->window, &r->fd)
-			   : an_report_netcheck(merge_db(m), stdout, r->window, &r->fd);
-	else if (merge_has_table(m))
-		err = an_count(merge_db(m), net, &r->fd);
-	else
-		err = 0;
-	if (!err && merge_has_table(m) && answered) {
+	err = 0;
+	/* what the rows cover first: the report's clean line is no verdict where they fall short */
+	if (merge_has_table(m) && answered) {
 		err = an_seen(merge_db(m), net, &r->seen);
 		/* A verdict over the first N rows of a node is none. */
 		if (!err && coverage_limited(r->cov) &&
@@ -278,6 +283,12 @@ static int run_analysis(struct run *r, int net)
 		if (!err && !r->short_of && !coverage_exit(r->cov, q->min_coverage))
 			r->short_of = analysis_short(&r->seen, q, answered);
 	}
+	if (!err && r->format == FMT_REPORT && merge_has_table(m) && answered && !q->watch)
+		err = !net ? an_report_stragglers(merge_db(m), stdout, r->window, r->short_of,
+						  &r->fd)
+			   : an_report_netcheck(merge_db(m), stdout, r->window, r->short_of, &r->fd);
+	else if (!err && merge_has_table(m))
+		err = an_count(merge_db(m), net, &r->fd);
 	if (err) {
 		ret = usage_error("cannot read the analysis: %s", sqlite3_errmsg(merge_db(m)));
 		goto done;

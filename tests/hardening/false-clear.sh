@@ -98,9 +98,11 @@ expect_rc 0 "query, one node of two, --min-coverage 0"
 # communicator's newest collective: a 2-rank job whose rank 1 last used the communicator
 # 20 s before rank 0 (a pipeline's world communicator carries send/recv and a barrier now
 # and then, and one rank's barrier fell inside the window, the other's not) is covered
+# (each window is 10 s from now: the jobs end when made, not when the test began)
+END_S=$(date +%s)
 for k in 0 1; do
 	"$TRACEGEN" --out "$T/p$k.db" --node "pp$k" --ranks 1 --rank-base $k --nranks 2 \
-		--steps 200 --end "$NOW_S" --seed 9 --comm-hash 00000000000000aa >"$T/gen.log" 2>&1 ||
+		--steps 200 --end "$END_S" --seed 9 --comm-hash 00000000000000aa >"$T/gen.log" 2>&1 ||
 		fail "fq-tracegen pp$k"
 done
 python3 -c "import sqlite3, sys
@@ -141,7 +143,7 @@ d.commit()" "$T/$1$k.db" "${4:--1}" || fail "send/recv $1$k"
 	done
 }
 # only send/recv in the window, nothing to compare ranks by
-pipe_pair ss "$NOW_S" 00000000000000bb
+pipe_pair ss "$(date +%s)" 00000000000000bb
 fq -w "$PP" stragglers --since 10s
 expect_rc 3 "stragglers over send/recv only"
 err_has "^fleetq: only send/recv in the last 10s on 2 nodes, no collective to compare ranks by: stragglers judges collectives$"
@@ -151,12 +153,44 @@ pipe_pair sb "$(date +%s)" 00000000000000bd 150
 fq -w "$PP" stragglers --since 10s
 expect_rc 3 "stragglers over send/recv and a barrier or two"
 err_has "^fleetq: only 3 collectives a rank beside [0-9]* send/recv in the last 10s on 2 nodes, too few to compare ranks by: stragglers judges collectives$"
+grep -q "^no verdict: only 3 collectives a rank beside" "$T/out" ||
+	fail "send/recv and a barrier or two: the report says '$(cat "$T/out")'"
+# an idle stretch (a checkpoint with a barrier every 2 s): 5 collectives a rank in the
+# window; a clean verdict over those would be a verdict on nothing
+END_S=$(date +%s)
+for k in 0 1; do
+	"$TRACEGEN" --out "$T/i$k.db" --node "idle$k" --ranks 2 --rank-base $((2 * k)) --nranks 4 \
+		--steps 30 --step-ns 2000000000 --end "$END_S" --seed 17 \
+		--comm-hash 00000000000000be >"$T/gen.log" 2>&1 || fail "fq-tracegen idle$k"
+	start_agent "idle$k" "$T/i$k.db" ca
+	IDLE="${IDLE:-}${IDLE:+,}127.0.0.1:$PORT"
+done
+fq -w "$IDLE" stragglers --since 10s
+expect_rc 3 "stragglers over an idle stretch"
+err_has "^fleetq: only [1-9] collectives? a rank in the last 10s on 2 nodes, too few to compare ranks by \\(16 at least\\): widen --since$"
+# (the report says no verdict too, not "no straggler")
+grep -q "^no verdict: only [1-9] collectives\{0,1\} a rank in the last 10s" "$T/out" ||
+	fail "an idle stretch: the report says '$(cat "$T/out")'"
+fq -w "$IDLE" netcheck --since 10s
+expect_rc 3 "netcheck over an idle stretch"
+err_has "^fleetq: only [1-9] collectives? a rank in the last 10s on 2 nodes, too few to find slow ones in \\(16 at least\\): widen --since$"
+grep -q "^no verdict: only" "$T/out" || fail "netcheck, an idle stretch: the report says '$(cat "$T/out")'"
+# the same job over a minute: 30 a rank, a verdict
+fq -w "$IDLE" stragglers --since 2m
+expect_rc 0 "stragglers over the idle job's whole minute"
+fq -w "$IDLE" netcheck --since 2m
+expect_rc 0 "netcheck over the idle job's whole minute"
+# the newest 5 seqs of a busy job: too few as well, and --max-seqs is what to change
+fq -w "$HOSTS" stragglers --since 2m --max-seqs 5 --format tsv
+expect_rc 3 "stragglers --max-seqs 5"
+err_has "^fleetq: only 5 collectives a rank in the last 2m on 4 nodes, too few to compare ranks by \\(16 at least\\): raise --max-seqs$"
 # a communicator made by ncclCommSplit (a pipeline stage's data-parallel group): agentd sees
 # no rank or size for it on the CPU side, only the plugin's kernel rows carry them. Its
 # ranks answered: a verdict, exit 0; one of its two nodes: 1 of 2 answered, exit 3
+END_S=$(date +%s)
 for k in 0 1; do
 	"$TRACEGEN" --out "$T/c$k.db" --node "cs$k" --ranks 1 --rank-base $k --nranks 2 \
-		--steps 200 --end "$NOW_S" --seed 13 --kernels --comm-hash 00000000000000cc \
+		--steps 200 --end "$END_S" --seed 13 --kernels --comm-hash 00000000000000cc \
 		>"$T/gen.log" 2>&1 || fail "fq-tracegen cs$k"
 	python3 -c "import sqlite3, sys
 d = sqlite3.connect(sys.argv[1])

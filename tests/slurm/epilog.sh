@@ -148,6 +148,15 @@ grep -q "job=$CLEAN no straggler (nodes .*, last [0-9]*s, [0-9.]* s judged; cove
 grep "job=$CLEAN verdict=" "$T/epilog.log" && fail "job $CLEAN: clean job has findings"
 ok "job $CLEAN: 'no straggler', exit 0"
 
+# no verdict (exit 3): the epilog logs what fleetq says to check, not "coverage short"
+# (run by hand, as slurmctld's EpilogSlurmctld would: a job that traced nothing here)
+SLURM_SCRIPT_CONTEXT=epilog_slurmctld SLURM_JOB_ID=999999 SLURM_JOB_NODELIST=localhost \
+	SLURM_JOB_START_TIME=$(date +%s) FLEETQ_EPILOG_CONF=$T/epilog.conf "$EPILOG" ||
+	fail "epilog of job 999999 exited $?, want 0"
+grep -q "job=999999 check incomplete: no verdict (exit 3): no collectives of job 999999 in the last [0-9]*s on 1 node: check --job/--since; coverage: 1/1 node ok" "$T/epilog.log" ||
+	fail "job 999999: $(grep 'job=999999' "$T/epilog.log")"
+ok "job 999999 (nothing traced): 'check incomplete: no verdict', exit 0"
+
 state=$(sinfo -h -n localhost -o %T)
 [ "$state" = idle ] || fail "node localhost is '$state' after the epilogs, want idle"
 ok "node still idle (not drained)"
