@@ -283,11 +283,19 @@ static int run_analysis(struct run *r, int net)
 		if (!err && !r->short_of && !coverage_exit(r->cov, q->min_coverage))
 			r->short_of = analysis_short(&r->seen, q, answered);
 	}
-	if (!err && r->format == FMT_REPORT && merge_has_table(m) && answered && !q->watch)
-		err = !net ? an_report_stragglers(merge_db(m), stdout, r->window, r->short_of,
-						  &r->fd)
-			   : an_report_netcheck(merge_db(m), stdout, r->window, r->short_of, &r->fd);
-	else if (!err && merge_has_table(m))
+	if (!err && r->format == FMT_REPORT && merge_has_table(m) && answered && !q->watch) {
+		/* nodes that did not answer leave no verdict either (the coverage says which) */
+		char cov[96];
+		const char *why = r->short_of;
+
+		if (!why && coverage_exit(r->cov, q->min_coverage)) {
+			snprintf(cov, sizeof(cov), "%zu of %zu nodes answered fully (see the coverage)",
+				 coverage_count(r->cov, FQ_OK), coverage_total(r->cov));
+			why = cov;
+		}
+		err = !net ? an_report_stragglers(merge_db(m), stdout, r->window, why, &r->fd)
+			   : an_report_netcheck(merge_db(m), stdout, r->window, why, &r->fd);
+	} else if (!err && merge_has_table(m))
 		err = an_count(merge_db(m), net, &r->fd);
 	if (err) {
 		ret = usage_error("cannot read the analysis: %s", sqlite3_errmsg(merge_db(m)));

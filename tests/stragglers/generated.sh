@@ -147,6 +147,8 @@ expect_rc 5 "hung rank, one node down"
 # 7. clean job with a node down: coverage short, never 0
 fq -w "127.0.0.1:$(cat "$T/clean0.port"),127.0.0.1:$(free_port)" stragglers --since 2m
 expect_rc 3 "clean on partial coverage"
+grep -qx "no verdict: 1 of 2 nodes answered fully (see the coverage)" "$T/out" ||
+	fail "clean on partial coverage: the report says '$(cat "$T/out")'"
 fq -w "127.0.0.1:$(free_port)" stragglers --since 2m
 expect_rc 3 "no node answered"
 grep -q "^no answer" "$T/out" || fail "no-answer report: $(cat "$T/out")"
