@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -601,6 +602,14 @@ static int prepare_where(sqlite3 *db, const char *head, const char *where, const
  * may change freely; rows without comm_hash, rank and nranks (a user's own
  * files) leave s->known 0.
  */
+/* A count the nodes sent (untrusted: any 64-bit value, or text), as 0..INT_MAX. */
+static int count_col(sqlite3_stmt *st, int i)
+{
+	sqlite3_int64 v = sqlite3_column_int64(st, i);
+
+	return v < 0 ? 0 : v > INT_MAX ? INT_MAX : (int)v;
+}
+
 int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 {
 	/* the rows of the window, as count_ranks() reads them ('last' rows are older) */
@@ -661,9 +670,9 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 			       -1, &st, NULL) == SQLITE_OK) {
 		if (sqlite3_step(st) == SQLITE_ROW) {
 			s->counted = 1;
-			s->p2p_only = !s->ranks && sqlite3_column_int(st, 0) > 0;
-			s->colls = sqlite3_column_int(st, 1);
-			s->p2p = sqlite3_column_int(st, 2);
+			s->p2p_only = !s->ranks && sqlite3_column_int64(st, 0) > 0;
+			s->colls = count_col(st, 1);
+			s->p2p = count_col(st, 2);
 		}
 		sqlite3_finalize(st);
 	}
