@@ -115,9 +115,11 @@ ok "slurmctld and slurmd up, node localhost idle"
 # A step is 0.5 ms of CPU work and 2 ms of device time (a sleep): four ranks fit in 2 CPUs.
 # With the stand-in's default (2 ms spinning a step) they ask twice the CPUs of a 2-core
 # machine, and the rank that loses the CPU to agentd and the scheduler really holds the
-# others back: a CI run named the clean job's rank 0 at 4.1 % (z_wait 4.1). Over 20 clean
-# jobs of each shape with one agentd here, that shape's z_wait reached 3.8 (5.1 on one CPU),
-# this one's stayed under 0.8 (on one CPU too); rank 2 slowed by 30 % is named at 18 %.
+# others back: a CI run named the clean job's rank 0 at 4.1 % (z_wait 4.1). bench/loopjobs.sh,
+# 20 clean jobs of each shape (BENCHMARKS.md, round 15): that shape's z_wait reached 4.0 on
+# 2 CPUs and 4.1 on one, where a rank was named (3.1 %); this one's stayed under 1 on one
+# CPU and on two but once (3.8, 2.8 %, with a build running beside it); rank 2 slowed by
+# 30 % is named at 18 %.
 job() {
 	JOB=$(sbatch --parsable --wait -N1 -n1 -o "$T/job-%j.out" \
 		--wrap "exec '$STANDIN/fq-workload' --ranks 4 --steps 400 --step-us 500 --kernel-us 2000 --job-id \$SLURM_JOB_ID $*") ||
