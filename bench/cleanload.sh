@@ -7,7 +7,8 @@
 # z (z_gpu) of `fleetq stragglers --all`, its effect, its kernels against its peers', and
 # the ranks named (rank:signals:effect:z_wait:z_cpu:z_late). Not a test: it measures the
 # false-positive side for BENCHMARKS.md (e.g. the default against FQ_STANDIN_DEVICE_PRIO=rt).
-# usage: bench/cleanload.sh N [load]   (as root; env as for bench/shapes.sh)
+# usage: bench/cleanload.sh N [load]   (as root; env as for bench/shapes.sh; CLEANLOAD_ARGS:
+#   more fq-workload options, e.g. '--step-us 250' for less CPU work a step)
 here=$(cd "$(dirname "$0")" && pwd)
 export FQ_TESTS=$here/../tests
 . "$here/../tests/e2e/lib.sh"
@@ -26,7 +27,8 @@ for i in $(seq "$N"); do
 		name=clean$i-s$s-$$
 		NCCL_PROFILER_PLUGIN=$PLUGIN "$STANDIN/fq-workload" --ranks 8 --steps 120 --shape ddp \
 			--buckets 4 --step-us 1000 --kernel-us 4000 --job-id "$name" \
-			--cgroup-parent "$CG" --cgroups 4 --sync-every $s >"$T/$name.log" 2>&1 ||
+			--cgroup-parent "$CG" --cgroups 4 --sync-every $s ${CLEANLOAD_ARGS:-} \
+			>"$T/$name.log" 2>&1 ||
 			{ echo "$name: fq-workload failed"; continue; }
 		sleep 2 # the agents store the job's last collectives
 		fq -w "$HOSTS" stragglers --since 5m --job "$name" --all --format csv
