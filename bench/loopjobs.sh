@@ -16,7 +16,8 @@ for v in FLEETQ AGENTD MKCERTS STANDIN; do
 	[ -n "${!v:-}" ] || { echo "loopjobs: set $v (see the usage)" >&2; exit 2; }
 done
 T=$(mktemp -d /tmp/fq-loopjobs.XXXXXX)
-trap 'kill $AP 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
+AP=
+trap '[ -z "$AP" ] || kill "$AP" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"' EXIT
 "$MKCERTS" "$T/certs" localhost >/dev/null 2>&1 || { echo "loopjobs: mkcerts failed" >&2; exit 1; }
 LIBS="lib:$STANDIN/libnccl.so.2,lib:$STANDIN/libcudart.so.13,lib:$STANDIN/libcuda.so.1"
 "$AGENTD" --listen 127.0.0.1:0 --db "$T/trace.db" --node localhost --ca "$T/certs/ca.crt" \

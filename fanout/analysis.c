@@ -594,14 +594,6 @@ static int prepare_where(sqlite3 *db, const char *head, const char *where, const
 	return rc;
 }
 
-/*
- * What the node rows cover, apart from the verdicts: which ranks of which
- * communicators answered, and the first communicator that declares more
- * ranks (nranks) than answered. Read from the node rows, not the merge's
- * output (which lists only findings unless --all), so that the merge files
- * may change freely; rows without comm_hash, rank and nranks (a user's own
- * files) leave s->known 0.
- */
 /* A count the nodes sent (untrusted: any 64-bit value, or text), as 0..INT_MAX. */
 static int count_col(sqlite3_stmt *st, int i)
 {
@@ -610,6 +602,14 @@ static int count_col(sqlite3_stmt *st, int i)
 	return v < 0 ? 0 : v > INT_MAX ? INT_MAX : (int)v;
 }
 
+/*
+ * What the node rows cover, apart from the verdicts: which ranks of which
+ * communicators answered, and the first communicator that declares more
+ * ranks (nranks) than answered. Read from the node rows, not the merge's
+ * output (which lists only findings unless --all), so that the merge files
+ * may change freely; rows without comm_hash, rank and nranks (a user's own
+ * files) leave s->known 0.
+ */
 int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 {
 	/* the rows of the window, as count_ranks() reads them ('last' rows are older) */
@@ -657,8 +657,9 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 	s->netcheck = netcheck;
 	/* (netcheck: each rank's collectives inside and outside its slow windows) */
 	if (sqlite3_prepare_v2(db,
+			       /* (a rank's newest collective is in no window: + 1) */
 			       netcheck ? "SELECT 0, coalesce(max(n), 0), 0 "
-					  "FROM (SELECT sum(in_n + out_n) AS n FROM results "
+					  "FROM (SELECT sum(in_n + out_n) + 1 AS n FROM results "
 					  "WHERE source = 'span' "
 					  "GROUP BY node, comm_hash, rank, pid)"
 					: "SELECT count(*) FILTER (WHERE kind = 'p2p'), "
@@ -705,8 +706,8 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 		if (!s->partial++) {
 			c = sqlite3_column_text(st, 0);
 			s->comm = strdup(c ? (const char *)c : "?");
-			s->answered = sqlite3_column_int(st, 1);
-			s->declared = sqlite3_column_int(st, 2);
+			s->answered = count_col(st, 1);
+			s->declared = count_col(st, 2);
 		}
 	}
 	sqlite3_finalize(st);

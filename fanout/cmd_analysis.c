@@ -73,7 +73,7 @@ static char *analysis_short(const struct an_seen *s, const struct query_opts *q,
 			     s->colls, s->colls == 1 ? "" : "s", job, win, nodes,
 			     nodes == 1 ? "" : "s",
 			     s->netcheck ? "find slow ones in" : "compare ranks by", AN_FEW_COLLS,
-			     q->max_seqs > 0 && q->max_seqs < AN_FEW_COLLS ? ": raise --max-seqs"
+			     q->max_seqs > 0 && s->colls >= q->max_seqs ? ": raise --max-seqs"
 			     : q->since_ns				  ? ": widen --since"
 									  : "");
 	else
@@ -302,7 +302,8 @@ static int run_analysis(struct run *r, int net)
 		goto done;
 	}
 	/* a clean verdict's margin: a finding, or no verdict, says more than it */
-	if (r->near_text && answered && !r->short_of && !r->fd.hung && !r->fd.stragglers)
+	if (r->near_text && answered && !r->short_of && !r->fd.hung && !r->fd.stragglers &&
+	    !coverage_exit(r->cov, q->min_coverage))
 		fputs(r->near_text, stdout);
 	if (r->bar_text && answered)
 		fputs(r->bar_text, stdout);
@@ -346,7 +347,7 @@ void verdict_stragglers(struct run *r)
 		fprintf(stderr, "fleetq: stragglers: %d hung, %d straggler%s (first: %s), %s\n",
 			fd->hung, fd->stragglers, fd->stragglers == 1 ? "" : "s",
 			fd->first ? fd->first : "?", r->window);
-	else
+	else if (!coverage_exit(r->cov, r->q->min_coverage)) /* (short: no verdict) */
 		fprintf(stderr, "fleetq: stragglers: none among %d ranks in %d "
 				"communicator%s, %s%s\n",
 			fd->ranks, fd->comms, fd->comms == 1 ? "" : "s", r->window,
@@ -360,7 +361,7 @@ void verdict_netcheck(struct run *r)
 	if (fd->flagged)
 		fprintf(stderr, "fleetq: netcheck: %d finding%s (first: %s), %s\n", fd->flagged,
 			fd->flagged == 1 ? "" : "s", fd->first ? fd->first : "?", r->window);
-	else
+	else if (!coverage_exit(r->cov, r->q->min_coverage))
 		fprintf(stderr, "fleetq: netcheck: nothing among %d ranks, %s\n", fd->ranks,
 			r->window);
 }

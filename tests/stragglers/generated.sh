@@ -149,6 +149,7 @@ fq -w "127.0.0.1:$(cat "$T/clean0.port"),127.0.0.1:$(free_port)" stragglers --si
 expect_rc 3 "clean on partial coverage"
 grep -qx "no verdict: 1 of 2 nodes answered fully (see the coverage)" "$T/out" ||
 	fail "clean on partial coverage: the report says '$(cat "$T/out")'"
+! grep -q "none among" "$T/err" || fail "clean on partial coverage: stderr says '$(cat "$T/err")'"
 fq -w "127.0.0.1:$(free_port)" stragglers --since 2m
 expect_rc 3 "no node answered"
 grep -q "^no answer" "$T/out" || fail "no-answer report: $(cat "$T/out")"
