@@ -8,10 +8,12 @@
 # peers' in the job's largest communicator. Then, per kind of fault, the target's excess.
 # Does a stall show where a slower GPU does not? (BENCHMARKS.md, round 15.)
 # usage: bench/gpu/offcpu.py [--an-run PATH] RUN_DIR...
-import argparse, collections, csv, io, json, os, sqlite3, statistics, subprocess, tempfile
+import argparse, collections, csv, io, json, os, sqlite3, statistics, subprocess, sys, tempfile
 
 here = os.path.dirname(os.path.abspath(__file__))
 top = os.path.dirname(os.path.dirname(here))
+sys.path.insert(0, here)
+import window  # noqa: E402  (the same window cut as rejudge.py's, and the off-CPU rows)
 ap = argparse.ArgumentParser()
 ap.add_argument("--an-run", default=os.path.join(top, "build/tests/analysis/an-run"))
 ap.add_argument("runs", nargs="+")
@@ -20,9 +22,6 @@ schema = open(os.path.join(top, "sql/schema.sql")).read()
 tmp = tempfile.mkdtemp(prefix="offcpu.")
 merge = os.path.join(tmp, "rows.sql")
 open(merge, "w").write("SELECT * FROM results")
-# the tables why.node.sql reads, cut to the phase (the others whole)
-CUT = ("collectives", "nccl_kernels", "cuda_calls", "offcpu")
-KEEP = ("comms", "processes")
 excess = collections.defaultdict(list)
 
 
@@ -56,20 +55,7 @@ for d in a.runs:
             f = os.path.join(tmp, "n%d.db" % i)
             if os.path.exists(f):
                 os.unlink(f)
-            db = sqlite3.connect(f)
-            db.executescript(schema)
-            for t in CUT + KEEP:
-                try:
-                    cur = s.execute("SELECT * FROM %s%s" % (t, " WHERE ts_ns BETWEEN ? AND ?"
-                                                            if t in CUT else ""),
-                                    (t0, t1) if t in CUT else ())
-                except sqlite3.OperationalError:  # an older trace without the table
-                    continue
-                cols = [c[0] for c in cur.description]
-                db.executemany("INSERT OR IGNORE INTO %s (%s) VALUES (%s)" %
-                               (t, ",".join(cols), ",".join("?" * len(cols))), cur.fetchall())
-            db.commit()
-            db.close()
+            window.write(f, schema, window.cut(s, t0, t1, more=("cuda_calls", "offcpu")))
             files.append(f)
         r = subprocess.run([a.an_run, os.path.join(top, "sql/analysis/why.node.sql"), merge,
                             "-p", "since_ns=%d" % t0, "-p", "max_seqs=0"] + files,

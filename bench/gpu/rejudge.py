@@ -62,17 +62,7 @@ def judge(srcs, t0, t1, max_seqs):
         path = os.path.join(tmp, "n%d.db" % i)
         if os.path.exists(path):
             os.unlink(path)
-        db = sqlite3.connect(path)
-        db.executescript(schema)
-        for t, v in window.cut(s, t0, t1).items():
-            if t == "meta":
-                db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                               v["rows"])
-            else:
-                db.executemany("INSERT OR IGNORE INTO %s (%s) VALUES (%s)" % (
-                    t, ",".join(v["cols"]), ",".join("?" * len(v["cols"]))), v["rows"])
-        db.commit()
-        db.close()
+        window.write(path, schema, window.cut(s, t0, t1))
         files.append(path)
     r = subprocess.run([a.an_run, os.path.join(a.sql, "stragglers.node.sql"),
                         os.path.join(a.sql, "stragglers.merge.sql"), "-p", "since_ns=%d" % t0,

@@ -9,18 +9,39 @@
 import gzip, json, sqlite3, sys
 
 
-def cut(db, start, end):
-    """The window's rows of one trace (an open connection): {table: {cols, rows}}."""
+def cut(db, start, end, more=()):
+    """The window's rows of one trace (an open connection): {table: {cols, rows}}; more:
+    other tables cut by ts_ns as well (left out where an older trace lacks them)."""
     tables = {}
-    for t, where in (("collectives", "ts_ns BETWEEN ? AND ?"),
-                     ("nccl_kernels", "ts_ns BETWEEN ? AND ?"),
-                     ("comms", None), ("processes", None)):
-        cur = db.execute("SELECT * FROM %s%s" % (t, " WHERE " + where if where else ""),
-                         (start - 500_000_000, end) if where else ())
+    for t, where in ([("collectives", "ts_ns BETWEEN ? AND ?"),
+                      ("nccl_kernels", "ts_ns BETWEEN ? AND ?"),
+                      ("comms", None), ("processes", None)]
+                     + [(m, "ts_ns BETWEEN ? AND ?") for m in more]):
+        try:
+            cur = db.execute("SELECT * FROM %s%s" % (t, " WHERE " + where if where else ""),
+                             (start - 500_000_000, end) if where else ())
+        except sqlite3.OperationalError:
+            if t in more:
+                continue
+            raise
         tables[t] = {"cols": [c[0] for c in cur.description], "rows": cur.fetchall()}
     tables["meta"] = {"rows": db.execute(
         "SELECT key, value FROM meta WHERE key = 'host_id'").fetchall()}
     return tables
+
+
+def write(path, schema, tables):
+    """A new trace file at path (schema's tables) holding a cut's rows."""
+    db = sqlite3.connect(path)
+    db.executescript(schema)
+    for t, v in tables.items():
+        if t == "meta":
+            db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", v["rows"])
+        else:
+            db.executemany("INSERT OR IGNORE INTO %s (%s) VALUES (%s)" % (
+                t, ",".join(v["cols"]), ",".join("?" * len(v["cols"]))), v["rows"])
+    db.commit()
+    db.close()
 
 
 if __name__ == "__main__":
