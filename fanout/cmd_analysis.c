@@ -237,7 +237,7 @@ static int run_analysis(struct run *r, int net)
 	struct query_opts *q = r->q;
 	struct merge *m;
 	size_t answered;
-	int ret, err;
+	int ret, err, cov_short;
 
 	if ((ret = run_fanout(r)) >= 0)
 		return ret;
@@ -268,6 +268,8 @@ static int run_analysis(struct run *r, int net)
 				r->cause ? r->cause : "out of memory");
 	}
 	answered = coverage_count(r->cov, FQ_OK) + coverage_count(r->cov, FQ_TRUNCATED);
+	/* nodes that did not answer fully: no verdict (the coverage says which) */
+	cov_short = coverage_exit(r->cov, q->min_coverage);
 	err = 0;
 	/* what the rows cover first: the report's clean line is no verdict where they fall short */
 	if (merge_has_table(m) && answered) {
@@ -280,15 +282,14 @@ static int run_analysis(struct run *r, int net)
 			     coverage_limited(r->cov) == 1 ? "" : "s") < 0)
 			r->short_of = NULL;
 		/* Short coverage says it first: the missing ranks follow from it. */
-		if (!err && !r->short_of && !coverage_exit(r->cov, q->min_coverage))
+		if (!err && !r->short_of && !cov_short)
 			r->short_of = analysis_short(&r->seen, q, answered);
 	}
 	if (!err && r->format == FMT_REPORT && merge_has_table(m) && answered && !q->watch) {
-		/* nodes that did not answer leave no verdict either (the coverage says which) */
 		char cov[96];
 		const char *why = r->short_of;
 
-		if (!why && coverage_exit(r->cov, q->min_coverage)) {
+		if (!why && cov_short) {
 			snprintf(cov, sizeof(cov), "%zu of %zu nodes answered fully (see the coverage)",
 				 coverage_count(r->cov, FQ_OK), coverage_total(r->cov));
 			why = cov;
@@ -303,7 +304,7 @@ static int run_analysis(struct run *r, int net)
 	}
 	/* a clean verdict's margin: a finding, or no verdict, says more than it */
 	if (r->near_text && answered && !r->short_of && !r->fd.hung && !r->fd.stragglers &&
-	    !coverage_exit(r->cov, q->min_coverage))
+	    !cov_short)
 		fputs(r->near_text, stdout);
 	if (r->bar_text && answered)
 		fputs(r->bar_text, stdout);

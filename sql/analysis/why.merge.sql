@@ -29,9 +29,9 @@
 --   preempted_pct, peer_preempted_pct, blocked_pct, peer_blocked_pct (off-CPU time of its
 --   main thread, % of its window), tcp_retrans,
 --   peer_tcp_retrans, ib_errors, peer_ib_errors, ib_worst, coll_gpu_pct, peer_coll_gpu_pct
---   (its collective kernels' GPU time, % of its window; NULL without the plugin), cause (the rule that gives the
---   likely cause: 'gpu_clock', 'preempted', 'blocked', 'ib', 'tcp', 'host'; NULL: none
---   fired),
+--   (its collective kernels' GPU time, % of its window; NULL without the plugin), cause
+--   (the rule that gives the likely cause: 'gpu_clock', 'preempted', 'blocked', 'ib',
+--   'tcp', 'host'; NULL: none fired),
 --   causes (every rule that fired, in that order), likely_cause (the line a person reads).
 WITH
 prm AS (
