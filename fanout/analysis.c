@@ -491,6 +491,8 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 	}
 	signal_line(out, st, "cpu", "cpu_ms", "peer_cpu_ms",
 		    "a step of CPU work (every thread, outside waits)");
+	signal_line(out, st, "pace", "pace_ms", "peer_pace_ms",
+		    "a step of GPU compute before its first collective (a slower GPU's is longer)");
 	why_report(out, st);
 	if (row_has(st, "peers_wait_s") && row_dbl(st, "peers_wait_s") > 0)
 		fprintf(out, "  cost: peers lost %.3f GPU-seconds waiting on it\n",

@@ -36,10 +36,11 @@
 -- One row per (comm_hash, node, rank, pid), hung first, then stragglers, then by effect:
 --   comm_hash (fleetq's; 'nccl:<hash>' for a communicator only the NCCL plugin saw), node,
 --   rank, pid, nranks (declared), ranks (answering), verdict ('hung' | 'straggler' | 'ok'),
---   signals (those that name it: late, wait, gpu; cpu when its CPU work also stands out),
+--   signals (those that name it: late, wait, gpu, pace; cpu when its CPU work also stands out),
 --   method ('mad': robust z across ranks; 'pair': 2 ranks, the difference over the floor),
 --   effect_pct (the largest naming signal's effect, a pair's kernels' alone where known: the
---   share of the span its peers lost, or its lateness as a share of the step), z_late,
+--   share of the span its peers lost, or its lateness as a share of the step; pace's uniform
+--   estimate where it names the rank alone), z_late,
 --   z_wait, z_gpu, z_cpu (oriented: positive = straggler-like), late_ms (median lateness per collective), wait_ms and
 --   peer_wait_ms (wait on the GPU per step: this rank, the communicator's median),
 --   gpu_op, gpu_ms and peer_gpu_ms (the collective kernel's median GPU time for the op that
@@ -52,7 +53,9 @@
 --   short span), bar_steps (the span's steps where the bar grew for it, else NULL),
 --   near_signal, near_pct (a rank not named: of its signals past :threshold on their own z,
 --   wait, gpu or cpu (a pair's kernels alone where known), the one whose effect is largest,
---   and that effect; else NULL: what a clean verdict missed naming it by, against bar_pct).
+--   and that effect; else NULL: what a clean verdict missed naming it by, against bar_pct),
+--   z_pace, pace_ms and peer_pace_ms (its GPU's compute before a step's first collective:
+--   oriented z, per step, its peers'; NULL where not measured: see ggap below).
 WITH
 -- each process's rank in the job, where its node knows it
 jr AS (
@@ -364,13 +367,62 @@ galle AS (
 	     USING (nccl_comm)
 	WHERE a.gn >= 3
 ),
+-- A GPU slower all through its step (a throttled one): its peers' kernels wait for each of
+-- its buckets, but the step's largest wait is only its lead at the step's first collective,
+-- about half what the job loses (BENCHMARKS.md, round 14). Where a step opens with a
+-- collective after the compute of the forward pass (on every rank its GPU ran no collective
+-- kernel for a quarter of the step before it), that compute is measured on each GPU, clock
+-- free, and nobody waits inside it: the rank whose forward took longer than its peers' is
+-- slower by that ratio, and a uniform slowdown costs the job that share of the rank's
+-- compute, i.e. of its span outside its own collective kernels. Asked only of the
+-- communicators where some rank's kernels lean its way (gcand), and only of the kernels
+-- after a quarter step of idle GPU
+gqs AS (
+	SELECT c.nccl_comm, c.op, c.n, s.step / 4 AS q
+	FROM gcm c JOIN cs s ON s.comm_hash = c.comm_hash
+	WHERE c.nccl_comm IN (SELECT nccl_comm FROM gcand)
+),
+-- (each node row on its own: no splicing); k: how many ranks idled before that kernel
+ggap AS (
+	SELECT x.node, x.nccl_comm, x.rank, x.pid, g.n, j.value AS gp,
+	       count(*) OVER (PARTITION BY x.nccl_comm, x.op, j.key + 0) AS k
+	FROM gqs g JOIN results x ON x.kind = 'kern' AND x.nccl_comm = g.nccl_comm
+				  AND x.op IS g.op
+	CROSS JOIN json_each(x.by_seq) j
+	WHERE j.value > g.q
+),
+-- over the collectives that open a step: every rank's GPU idle before them for a quarter
+-- step (a seq every rank idled before is one every rank reached)
+gfw AS (
+	SELECT nccl_comm, node, rank, pid, sum(gp) AS c, count(*) AS nl
+	FROM ggap WHERE k = n
+	GROUP BY nccl_comm, node, rank, pid
+),
+gfc AS (
+	SELECT nccl_comm, count(*) AS n, median(c) AS m, mad(c) AS d, sum(c) AS s
+	FROM gfw GROUP BY nccl_comm
+),
+guni AS (
+	SELECT w.nccl_comm, w.node, w.rank, w.pid, w.nl, w.c * 1.0 / w.nl AS pace,
+	       iif(c.n = 2, c.s - w.c, c.m) * 1.0 / w.nl AS peer_pace,
+	       robust_z(w.c, iif(c.n = 2, c.s - w.c, c.m),
+			iif(c.n = 2, prm.fl * c.m, max(c.d, prm.fl * c.m))) AS z_fw,
+	       (w.c - iif(c.n = 2, c.s - w.c, c.m)) * 1.0 / nullif(w.c, 0)
+		       * max(0, 1 - a.tot * 1.0 / nullif(a.gspan, 0)) AS e_uni
+	FROM gfw w JOIN gfc c USING (nccl_comm)
+	JOIN gall a ON a.nccl_comm = w.nccl_comm AND a.node IS w.node AND a.rank IS w.rank
+		    AND a.pid IS w.pid, prm
+	WHERE w.nl >= 16
+),
 -- per rank, the op that stands out most
 gb AS (
-	SELECT x.*, ga.lost / nullif(ga.gspan, 0) AS e_all
+	SELECT x.*, ga.lost / nullif(ga.gspan, 0) AS e_all, u.z_fw, u.e_uni, u.pace, u.peer_pace
 	FROM (SELECT gz.*, row_number() OVER (PARTITION BY comm_hash, node, rank, pid
 					      ORDER BY z_gpu DESC) AS o FROM gz) x
 	LEFT JOIN galle ga ON ga.nccl_comm = x.nccl_comm AND ga.node IS x.node
 			   AND ga.rank IS x.rank AND ga.pid IS x.pid
+	LEFT JOIN guni u ON u.nccl_comm = x.nccl_comm AND u.node IS x.node
+			 AND u.rank IS x.rank AND u.pid IS x.pid
 	WHERE x.o = 1
 ),
 flags AS (
@@ -536,6 +588,15 @@ v AS (
 				 WHEN g.z_gpu > 0 THEN coalesce(g.e_all >= g.eff_b, 0)
 				 ELSE 0 END AS f_wait,
 	       f.f_cpu,
+	       -- its GPU's pace (ggap above): its kernels say it arrives last, its forward
+	       -- compute took longer than its peers', and the GPUs set the job's pace: the
+	       -- communicator's median rank waits on its GPU a quarter of the span or more.
+	       -- Where the CPU keeps its GPU waiting (a small model; launches from Python) the
+	       -- GPU's idle time before a step holds the CPU's latency too, which differs from
+	       -- rank to rank: clean transformer jobs on 4 GPUs, whose ranks waited 5-22 % of
+	       -- the span, had a rank's forward up to 16 % longer than its peers'
+	       (g.z_gpu > prm.thr AND g.z_fw > prm.thr AND g.e_uni >= g.eff_n
+		AND f.m_wait >= 0.25 * f.cspan) AS f_pace,
 	       -- its CPU work stands out and its peers did not wait less than it: where
 	       -- contention blurs every wait, the work itself is the evidence (not for a pair:
 	       -- one rank of two does some more CPU work in many clean jobs, rank 0 above all).
@@ -548,7 +609,8 @@ v AS (
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
 	       coalesce(f.eff_n, g.eff_n) AS bar, coalesce(f.escale, g.gscale, 1) AS bscale,
-	       g.peer_med, g.tot, g.gspan, h.hung, h.last_seq, h.age_ns, f.n AS fn, g.gn,
+	       g.peer_med, g.tot, g.gspan, g.z_fw, g.e_uni, g.pace, g.peer_pace, h.hung,
+	       h.last_seq, h.age_ns, f.n AS fn, g.gn,
 	       -- two ranks: no population says what is usual, so a pair's consistent asymmetry
 	       -- (a pipeline stage's ranks wait on different neighbours) reads as a straggler on
 	       -- whichever side measures it. A pair's verdict needs the rank to wait less than
@@ -588,11 +650,11 @@ w AS (
 	SELECT v.*,
 	       CASE WHEN v.hung THEN 'hung'
 		    WHEN NOT v.pair_ok OR NOT v.p2p_ok THEN 'ok'
-		    WHEN v.f_late OR v.f_wait OR v.f_gpu THEN 'straggler'
+		    WHEN v.f_late OR v.f_wait OR v.f_gpu OR v.f_pace THEN 'straggler'
 		    WHEN v.f_cpuv THEN 'straggler'
 		    ELSE 'ok' END AS verdict,
 	       coalesce(v.f_late, 0) + coalesce(v.f_wait, 0) + coalesce(v.f_gpu, 0) +
-		       coalesce(v.f_cpuv, 0) AS nsig,
+		       coalesce(v.f_cpuv, 0) + coalesce(v.f_pace, 0) AS nsig,
 	       -- the effect is the peers' lost time: their kernels' wait where the GPU side is
 	       -- known, their synchronize waits, their CPU work's excess; lateness only where
 	       -- nothing else names the rank (a CPU running ahead of its GPU is late at no cost).
@@ -601,7 +663,13 @@ w AS (
 	       -- little; 3-5 % where the steps had doubled), the waits do not. A pair's waits
 	       -- differ by the pair's own asymmetry too (a pipeline's stage pair: 2-3 times what
 	       -- its kernels said, and the loss), so there the kernels alone, where known
-	       CASE WHEN v.gn = 2 AND v.z_gpu IS NOT NULL AND (v.f_gpu OR v.f_wait OR v.f_late)
+	       -- Its GPU's pace alone: the uniform slowdown's estimate, which is right for a
+	       -- GPU slower all through its step and up to three times the loss where the delay
+	       -- sits in one place of it (a stall before the forward): it stands only where
+	       -- nothing else names the rank
+	       CASE WHEN v.f_pace AND NOT (coalesce(v.f_gpu, 0) OR coalesce(v.f_wait, 0)
+					   OR coalesce(v.f_cpuv, 0)) THEN v.e_uni
+		    WHEN v.gn = 2 AND v.z_gpu IS NOT NULL AND (v.f_gpu OR v.f_wait OR v.f_late)
 		    THEN coalesce(v.e_gpu, 0)
 		    WHEN v.f_gpu OR v.f_wait OR v.f_cpuv
 		    THEN max(iif(v.f_wait, v.e_wait, 0), iif(v.f_gpu, v.e_gpu, 0),
@@ -612,8 +680,8 @@ w AS (
 )
 SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        iif(verdict = 'ok', NULL, nullif(substr(iif(f_late, ',late', '') || iif(f_wait, ',wait', '') ||
-		     iif(f_gpu, ',gpu', '') ||
-		     iif(f_cpu AND (f_late OR f_wait OR f_gpu OR f_cpuv),
+		     iif(f_gpu, ',gpu', '') || iif(f_pace, ',pace', '') ||
+		     iif(f_cpu AND (f_late OR f_wait OR f_gpu OR f_cpuv OR f_pace),
 			 ',cpu', ''), 2), ''))
 	       AS signals,
        CASE WHEN coalesce(fn, gn) = 2 THEN 'pair' WHEN coalesce(fn, gn) >= 3 THEN 'mad' END
@@ -643,7 +711,9 @@ SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        -- whose kernels are known has their effect alone, as its verdict has)
        iif(verdict = 'ok' AND near >= 0, CASE near WHEN nw THEN 'wait' WHEN ng THEN 'gpu'
 						      ELSE 'cpu' END, NULL) AS near_signal,
-       iif(verdict = 'ok' AND near >= 0, round(100 * near, 1), NULL) AS near_pct
+       iif(verdict = 'ok' AND near >= 0, round(100 * near, 1), NULL) AS near_pct,
+       round(z_fw, 2) AS z_pace, round(pace / 1e6, 3) AS pace_ms,
+       round(peer_pace / 1e6, 3) AS peer_pace_ms
 FROM (SELECT w.*, max(nw, ng, nc) AS near
       FROM (SELECT w.*, iif(z_wait > prm.thr AND NOT (gn = 2 AND z_gpu IS NOT NULL),
 			    coalesce(e_wait, 0), -1) AS nw,

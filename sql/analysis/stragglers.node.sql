@@ -24,7 +24,7 @@
 --             'kern': one per (NCCL communicator, op, rank, pid) and block of 65536 seqs of
 --                     nccl_kernels inside the window (fleetq's NCCL profiler plugin: GPU-side
 --                     times), newest :max_seqs seqs of each: comm_hash (fleetq's, when agentd
---                     joined it), op, seq = newest, n = kernels, nccl_comm, gpu_by_seq,
+--                     joined it), op, seq = newest, n = kernels, nccl_comm, by_seq, gpu_by_seq,
 --                     gpu_span_ns
 --             'p2p':  one per (comm_hash, rank, pid) with Send/Recv inside the window (from
 --                     :since_ns, or from the window's first collective), of the processes
@@ -51,6 +51,11 @@
 --   gap_list     'rank' rows: JSON array of the same collectives' gap_ns (enqueue to
 --                enqueue, clock-free), in no promised order
 --   nccl_comm    'kern' rows: NCCL's communicator hash (nccl_kernels.nccl_comm)
+--   by_seq       'kern' rows: JSON object, NCCL seq (per communicator and op) -> the ns this
+--                GPU ran none of the process's collective kernels in the window before this
+--                one, where that is 50 us or more (the compute before a step's first
+--                collective, where the step starts with one; shorter idle times open no
+--                step the merge looks for, and most kernels of a step follow another)
 --   gpu_by_seq   'kern' rows: JSON object, NCCL seq (per communicator and op) -> gpu_dur_ns,
 --                the collective kernel's time on this GPU (earliest channel start to latest
 --                channel stop): the rank that arrives last has the shortest
@@ -116,6 +121,16 @@ kcut AS (
 	SELECT kw.nccl_comm, kw.op, max(kw.seq) - prm.max_seqs AS seq
 	FROM kw, prm GROUP BY kw.nccl_comm, kw.op
 ),
+-- the kernels kept, each with the time its GPU ran none of the process's kept collective
+-- kernels before it (the compute before a step's first collective: the merge's pace)
+kk AS (
+	SELECT k.*,
+	       max(0, k.gpu_start_ns - max(k.gpu_start_ns + k.gpu_dur_ns) OVER (
+		       PARTITION BY k.pid ORDER BY k.gpu_start_ns
+		       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) AS gpu_gap
+	FROM kw k JOIN kcut u ON u.nccl_comm = k.nccl_comm AND u.op IS k.op
+	WHERE k.seq > coalesce(u.seq, -1)
+),
 -- Send/Recv of the window's processes, read as a range of the table's key: from :since_ns,
 -- else from the window's first collective (the merge weighs who waited on whom across them).
 -- A window without a collective (a pipeline of one rank a stage) sends those of the job and
@@ -178,13 +193,13 @@ SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NU
 FROM win GROUP BY comm_hash, rank, pid, seq / 65536
 UNION ALL
 SELECT 'kern', max(k.comm_hash), k.rank, max(k.nranks), k.pid, NULL, max(k.seq), k.op, NULL,
-       NULL, count(*), NULL, NULL, k.nccl_comm,
+       NULL, count(*), json_group_object(k.seq, k.gpu_gap) FILTER (WHERE k.gpu_gap >= 50000),
+       NULL, k.nccl_comm,
        json_group_object(k.seq, k.gpu_dur_ns), max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns),
        NULL,
        (SELECT p.rank FROM processes p WHERE p.pid = k.pid
 	  AND p.start_ns <= (SELECT min(k.ts_ns)) + 1000000000 ORDER BY p.start_ns DESC LIMIT 1)
-FROM kw k JOIN kcut u ON u.nccl_comm = k.nccl_comm AND u.op IS k.op
-WHERE k.seq > coalesce(u.seq, -1)
+FROM kk k
 GROUP BY k.nccl_comm, k.op, k.rank, k.pid, k.seq / 65536
 UNION ALL
 SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, NULL, ts_ns, NULL, NULL, NULL, NULL,

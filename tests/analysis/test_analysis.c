@@ -241,8 +241,22 @@ static void t_gpu(const char *pct)
 			      !strcmp(cell(&r, 0, "verdict"), "straggler"),
 		      "%s: %zu rows, top rank %s %s", what, r.nrows, cell(&r, 0, "rank"),
 		      cell(&r, 0, "verdict"));
-		CHECK_MSG(!strcmp(cell(&r, 0, "signals"), "gpu"), "%s: signals %s, want gpu alone",
-		      what, cell(&r, 0, "signals"));
+		/* GPU-side signals alone: its kernels, and its GPU's pace where the compute
+		 * before the step's collective is measured (this job's is the whole step's) */
+		CHECK_MSG(!strcmp(cell(&r, 0, "signals"), "gpu") ||
+				  !strcmp(cell(&r, 0, "signals"), "gpu,pace"),
+			  "%s: signals %s, want gpu (and pace) alone", what,
+			  cell(&r, 0, "signals"));
+		if (has_signal(an_get(&r, 0, "signals"), "pace")) {
+			double slower = 100 * (atof(cell(&r, 0, "pace_ms")) /
+						       atof(cell(&r, 0, "peer_pace_ms")) - 1);
+
+			/* its compute before the collective (nearly the whole step here)
+			 * took about pct longer */
+			CHECK_MSG(fabs(slower - atof(pct)) < 0.3 * atof(pct),
+				  "%s: pace %s ms against %s ms", what, cell(&r, 0, "pace_ms"),
+				  cell(&r, 0, "peer_pace_ms"));
+		}
 		CHECK_MSG(!strcmp(cell(&r, 0, "gpu_op"), "AllReduce") &&
 			      atof(cell(&r, 0, "gpu_ms")) < atof(cell(&r, 0, "peer_gpu_ms")),
 		      "%s: its %s kernels %s ms, peers %s ms", what, cell(&r, 0, "gpu_op"),
