@@ -32,7 +32,7 @@ job() { # NAME PLANTED fq-workload-args... (a --shape among them replaces ddp)
 	t0=$(( ($(date +%s%N) - t0) / 1000000 )) # the job's wall time, ms
 	sleep 2 # the agents store the job's last collectives
 	fq -w "$HOSTS" stragglers --since 5m --job "$name"
-	line=$(sed -n 's/^straggler: rank \([0-9]*\) .*(costs its peers \(.*\) of the span)$/\1 (\2)/p' \
+	line=$(sed -n 's/^straggler: rank \([0-9]*\) .*(costs its \(peers\|job about\) \([0-9.]*%\) of the span.*)$/\1 (\3)/p' \
 		"$T/out" | head -n 1)
 	# (no verdict: what fleetq said instead)
 	[ "$RC" -le 1 ] || line="no verdict: $(head -n 1 "$T/out")"

@@ -448,7 +448,13 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 	/* The line an epilog greps for, with the effect: never a z alone. */
 	fprintf(out, "%s: rank %s on %s", v && !strcmp(v, "straggler") ? "straggler" : or_q(v),
 		job_rank(st), or_q(row_txt(st, "node")));
-	if (row_has(st, "effect_pct"))
+	/* Its GPU's pace alone: an estimate that assumes a uniform slowdown, not a loss its
+	 * peers were measured to take. */
+	if (row_has(st, "effect_pct") && row_has(st, "effect_model") &&
+	    !strcmp(row_txt(st, "effect_model"), "uniform"))
+		fprintf(out, " (costs its job about %.1f%% of the span, if its GPU is slower all "
+			     "through its step)", row_dbl(st, "effect_pct"));
+	else if (row_has(st, "effect_pct"))
 		fprintf(out, " (%s %.1f%% of %s)", v && !strcmp(v, "straggler") ?
 			"costs its peers" : "largest effect", row_dbl(st, "effect_pct"),
 			row_has(st, "signals") && !strcmp(row_txt(st, "signals"), "late") ?
@@ -492,7 +498,8 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 	signal_line(out, st, "cpu", "cpu_ms", "peer_cpu_ms",
 		    "a step of CPU work (every thread, outside waits)");
 	signal_line(out, st, "pace", "pace_ms", "peer_pace_ms",
-		    "a step of GPU compute before its first collective (a slower GPU's is longer)");
+		    "of GPU compute before each collective that opens a step (a slower GPU's "
+		    "is longer)");
 	why_report(out, st);
 	if (row_has(st, "peers_wait_s") && row_dbl(st, "peers_wait_s") > 0)
 		fprintf(out, "  cost: peers lost %.3f GPU-seconds waiting on it\n",

@@ -54,8 +54,10 @@
 --   near_signal, near_pct (a rank not named: of its signals past :threshold on their own z,
 --   wait, gpu or cpu (a pair's kernels alone where known), the one whose effect is largest,
 --   and that effect; else NULL: what a clean verdict missed naming it by, against bar_pct),
---   z_pace, pace_ms and peer_pace_ms (its GPU's compute before a step's first collective:
---   oriented z, per step, its peers'; NULL where not measured: see ggap below).
+--   z_pace, pace_ms and peer_pace_ms (its GPU's compute before a collective that opens a
+--   step: oriented z, per such collective, its peers'; NULL where not measured: see ggap),
+--   effect_model ('uniform' where effect_pct is pace's estimate alone, which assumes its GPU
+--   is slower all through its step; else NULL: the peers' measured loss).
 WITH
 -- each process's rank in the job, where its node knows it
 jr AS (
@@ -382,19 +384,20 @@ gqs AS (
 	FROM gcm c JOIN cs s ON s.comm_hash = c.comm_hash
 	WHERE c.nccl_comm IN (SELECT nccl_comm FROM gcand)
 ),
--- (each node row on its own: no splicing); k: how many ranks idled before that kernel
+-- (each node row on its own: no splicing); k: how many ranks idled before that kernel. A
+-- node's rows are untrusted: numbers only, under a day
 ggap AS (
 	SELECT x.node, x.nccl_comm, x.rank, x.pid, g.n, j.value AS gp,
 	       count(*) OVER (PARTITION BY x.nccl_comm, x.op, j.key + 0) AS k
 	FROM gqs g JOIN results x ON x.kind = 'kern' AND x.nccl_comm = g.nccl_comm
 				  AND x.op IS g.op
 	CROSS JOIN json_each(x.by_seq) j
-	WHERE j.value > g.q
+	WHERE j.type IN ('integer', 'real') AND j.value > g.q AND j.value < 86400e9
 ),
 -- over the collectives that open a step: every rank's GPU idle before them for a quarter
 -- step (a seq every rank idled before is one every rank reached)
 gfw AS (
-	SELECT nccl_comm, node, rank, pid, sum(gp) AS c, count(*) AS nl
+	SELECT nccl_comm, node, rank, pid, total(gp) AS c, count(*) AS nl
 	FROM ggap WHERE k = n
 	GROUP BY nccl_comm, node, rank, pid
 ),
@@ -406,7 +409,7 @@ guni AS (
 	SELECT w.nccl_comm, w.node, w.rank, w.pid, w.nl, w.c * 1.0 / w.nl AS pace,
 	       iif(c.n = 2, c.s - w.c, c.m) * 1.0 / w.nl AS peer_pace,
 	       robust_z(w.c, iif(c.n = 2, c.s - w.c, c.m),
-			iif(c.n = 2, prm.fl * c.m, max(c.d, prm.fl * c.m))) AS z_fw,
+			max(iif(c.n = 2, 0, c.d), prm.fl * c.m, prm.fl_ns)) AS z_fw,
 	       (w.c - iif(c.n = 2, c.s - w.c, c.m)) * 1.0 / nullif(w.c, 0)
 		       * max(0, 1 - a.tot * 1.0 / nullif(a.gspan, 0)) AS e_uni
 	FROM gfw w JOIN gfc c USING (nccl_comm)
@@ -675,7 +678,9 @@ w AS (
 		    THEN max(iif(v.f_wait, v.e_wait, 0), iif(v.f_gpu, v.e_gpu, 0),
 			     iif(v.f_cpuv, v.e_cpu, 0))
 		    ELSE iif(v.f_late, v.e_late, 0) END AS eff_on,
-	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0)) AS eff_any
+	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0)) AS eff_any,
+	       (v.f_pace AND NOT (coalesce(v.f_gpu, 0) OR coalesce(v.f_wait, 0)
+				  OR coalesce(v.f_cpuv, 0))) AS pace_alone
 	FROM v
 )
 SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
@@ -713,7 +718,8 @@ SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
 						      ELSE 'cpu' END, NULL) AS near_signal,
        iif(verdict = 'ok' AND near >= 0, round(100 * near, 1), NULL) AS near_pct,
        round(z_fw, 2) AS z_pace, round(pace / 1e6, 3) AS pace_ms,
-       round(peer_pace / 1e6, 3) AS peer_pace_ms
+       round(peer_pace / 1e6, 3) AS peer_pace_ms,
+       iif(verdict = 'straggler' AND pace_alone, 'uniform', NULL) AS effect_model
 FROM (SELECT w.*, max(nw, ng, nc) AS near
       FROM (SELECT w.*, iif(z_wait > prm.thr AND NOT (gn = 2 AND z_gpu IS NOT NULL),
 			    coalesce(e_wait, 0), -1) AS nw,
@@ -723,4 +729,6 @@ FROM (SELECT w.*, max(nw, ng, nc) AS near
 	    FROM w, prm) w) w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
 ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,
-	 iif(nsig > 0, eff_on, eff_any) DESC, nsig DESC, comm_hash, rank
+	 -- (pace's estimate alone sorts by what its kernels measured: it may overstate)
+	 iif(nsig > 0, iif(pace_alone, coalesce(e_gpu, 0), eff_on), eff_any) DESC, nsig DESC,
+	 comm_hash, rank

@@ -52,10 +52,12 @@
 --                enqueue, clock-free), in no promised order
 --   nccl_comm    'kern' rows: NCCL's communicator hash (nccl_kernels.nccl_comm)
 --   by_seq       'kern' rows: JSON object, NCCL seq (per communicator and op) -> the ns this
---                GPU ran none of the process's collective kernels in the window before this
---                one, where that is 50 us or more (the compute before a step's first
---                collective, where the step starts with one; shorter idle times open no
---                step the merge looks for, and most kernels of a step follow another)
+--                GPU ran none of the process's collective kernels kept (window, :comm,
+--                :max_seqs) before this one, where that is 50 us or more (the compute
+--                before a step's first collective, where the step starts with one; shorter
+--                idle times open no step the merge looks for, and most kernels of a step
+--                follow another), from when every op of the process is kept (kt below);
+--                none for a process that drives several GPUs or runs Send/Recv
 --   gpu_by_seq   'kern' rows: JSON object, NCCL seq (per communicator and op) -> gpu_dur_ns,
 --                the collective kernel's time on this GPU (earliest channel start to latest
 --                channel stop): the rank that arrives last has the shortest
@@ -131,6 +133,19 @@ kk AS (
 	FROM kw k JOIN kcut u ON u.nccl_comm = k.nccl_comm AND u.op IS k.op
 	WHERE k.seq > coalesce(u.seq, -1)
 ),
+-- per process, from when every (communicator, op) it ran is kept: :max_seqs keeps more
+-- of a rare op (a broadcast a step) than of a frequent one (the buckets), and before the
+-- buckets' cut a kernel's idle time would span the buckets it no longer sees. A process
+-- that is several ranks of one communicator drives several GPUs, whose clocks differ; one
+-- with Send/Recv (a pipeline stage) idles before its collectives waiting on its neighbours
+-- as well as computing: none of their idle times are sent (nr > 1; pipelines have the
+-- merge's Send/Recv rules)
+kt AS (
+	SELECT pid, max(t0) AS t, max(nr) AS nr
+	FROM (SELECT pid, min(ts_ns) AS t0, count(DISTINCT rank) AS nr FROM kk
+	      GROUP BY pid, nccl_comm, op)
+	GROUP BY pid
+),
 -- Send/Recv of the window's processes, read as a range of the table's key: from :since_ns,
 -- else from the window's first collective (the merge weighs who waited on whom across them).
 -- A window without a collective (a pipeline of one rank a stage) sends those of the job and
@@ -193,13 +208,16 @@ SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NU
 FROM win GROUP BY comm_hash, rank, pid, seq / 65536
 UNION ALL
 SELECT 'kern', max(k.comm_hash), k.rank, max(k.nranks), k.pid, NULL, max(k.seq), k.op, NULL,
-       NULL, count(*), json_group_object(k.seq, k.gpu_gap) FILTER (WHERE k.gpu_gap >= 50000),
+       NULL, count(*),
+       json_group_object(k.seq, k.gpu_gap) FILTER (WHERE k.gpu_gap >= 50000 AND t.nr = 1
+						   AND k.ts_ns >= t.t
+						   AND k.pid NOT IN (SELECT pid FROM pw0)),
        NULL, k.nccl_comm,
        json_group_object(k.seq, k.gpu_dur_ns), max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns),
        NULL,
        (SELECT p.rank FROM processes p WHERE p.pid = k.pid
 	  AND p.start_ns <= (SELECT min(k.ts_ns)) + 1000000000 ORDER BY p.start_ns DESC LIMIT 1)
-FROM kk k
+FROM kk k JOIN kt t ON t.pid = k.pid
 GROUP BY k.nccl_comm, k.op, k.rank, k.pid, k.seq / 65536
 UNION ALL
 SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, NULL, ts_ns, NULL, NULL, NULL, NULL,
