@@ -405,14 +405,15 @@ gfc AS (
 	SELECT nccl_comm, count(*) AS n, median(c) AS m, mad(c) AS d, sum(c) AS s
 	FROM gfw GROUP BY nccl_comm
 ),
+-- (peer: the other rank of a pair, else the median)
 guni AS (
 	SELECT w.nccl_comm, w.node, w.rank, w.pid, w.nl, w.c * 1.0 / w.nl AS pace,
-	       iif(c.n = 2, c.s - w.c, c.m) * 1.0 / w.nl AS peer_pace,
-	       robust_z(w.c, iif(c.n = 2, c.s - w.c, c.m),
-			max(iif(c.n = 2, 0, c.d), prm.fl * c.m, prm.fl_ns)) AS z_fw,
-	       (w.c - iif(c.n = 2, c.s - w.c, c.m)) * 1.0 / nullif(w.c, 0)
+	       w.peer * 1.0 / w.nl AS peer_pace,
+	       robust_z(w.c, w.peer, max(iif(w.n = 2, 0, w.d), prm.fl * w.m, prm.fl_ns)) AS z_fw,
+	       (w.c - w.peer) * 1.0 / nullif(w.c, 0)
 		       * max(0, 1 - a.tot * 1.0 / nullif(a.gspan, 0)) AS e_uni
-	FROM gfw w JOIN gfc c USING (nccl_comm)
+	FROM (SELECT g.*, c.n, c.m, c.d, iif(c.n = 2, c.s - g.c, c.m) AS peer
+	      FROM gfw g JOIN gfc c USING (nccl_comm)) w
 	JOIN gall a ON a.nccl_comm = w.nccl_comm AND a.node IS w.node AND a.rank IS w.rank
 		    AND a.pid IS w.pid, prm
 	WHERE w.nl >= 16
@@ -670,18 +671,18 @@ w AS (
 	       -- GPU slower all through its step and up to three times the loss where the delay
 	       -- sits in one place of it (a stall before the forward): it stands only where
 	       -- nothing else names the rank
-	       CASE WHEN v.f_pace AND NOT (coalesce(v.f_gpu, 0) OR coalesce(v.f_wait, 0)
-					   OR coalesce(v.f_cpuv, 0)) THEN v.e_uni
+	       CASE WHEN v.pace_alone THEN v.e_uni
 		    WHEN v.gn = 2 AND v.z_gpu IS NOT NULL AND (v.f_gpu OR v.f_wait OR v.f_late)
 		    THEN coalesce(v.e_gpu, 0)
 		    WHEN v.f_gpu OR v.f_wait OR v.f_cpuv
 		    THEN max(iif(v.f_wait, v.e_wait, 0), iif(v.f_gpu, v.e_gpu, 0),
 			     iif(v.f_cpuv, v.e_cpu, 0))
 		    ELSE iif(v.f_late, v.e_late, 0) END AS eff_on,
-	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0)) AS eff_any,
-	       (v.f_pace AND NOT (coalesce(v.f_gpu, 0) OR coalesce(v.f_wait, 0)
-				  OR coalesce(v.f_cpuv, 0))) AS pace_alone
-	FROM v
+	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0)) AS eff_any
+	-- (pace_alone: its GPU's pace names it and nothing that measures lost time does)
+	FROM (SELECT v.*, (v.f_pace AND NOT (coalesce(v.f_gpu, 0) OR coalesce(v.f_wait, 0)
+					     OR coalesce(v.f_cpuv, 0))) AS pace_alone
+	      FROM v) v
 )
 SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        iif(verdict = 'ok', NULL, nullif(substr(iif(f_late, ',late', '') || iif(f_wait, ',wait', '') ||

@@ -138,10 +138,10 @@ kk AS (
 -- buckets' cut a kernel's idle time would span the buckets it no longer sees. A process
 -- that is several ranks of one communicator drives several GPUs, whose clocks differ; one
 -- with Send/Recv (a pipeline stage) idles before its collectives waiting on its neighbours
--- as well as computing: none of their idle times are sent (nr > 1; pipelines have the
+-- as well as computing: none of their idle times are sent (sends; pipelines have the
 -- merge's Send/Recv rules)
 kt AS (
-	SELECT pid, max(t0) AS t, max(nr) AS nr
+	SELECT pid, max(t0) AS t, max(nr) = 1 AND pid NOT IN (SELECT pid FROM pw0) AS sends
 	FROM (SELECT pid, min(ts_ns) AS t0, count(DISTINCT rank) AS nr FROM kk
 	      GROUP BY pid, nccl_comm, op)
 	GROUP BY pid
@@ -209,9 +209,8 @@ FROM win GROUP BY comm_hash, rank, pid, seq / 65536
 UNION ALL
 SELECT 'kern', max(k.comm_hash), k.rank, max(k.nranks), k.pid, NULL, max(k.seq), k.op, NULL,
        NULL, count(*),
-       json_group_object(k.seq, k.gpu_gap) FILTER (WHERE k.gpu_gap >= 50000 AND t.nr = 1
-						   AND k.ts_ns >= t.t
-						   AND k.pid NOT IN (SELECT pid FROM pw0)),
+       json_group_object(k.seq, k.gpu_gap) FILTER (WHERE t.sends AND k.gpu_gap >= 50000
+						   AND k.ts_ns >= t.t),
        NULL, k.nccl_comm,
        json_group_object(k.seq, k.gpu_dur_ns), max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns),
        NULL,
