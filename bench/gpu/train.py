@@ -26,9 +26,11 @@ kernel is done (set by the caller; noted in the output).
 Phases (--phases, comma-separated NAME=KIND[:PCT][/sK]): KIND is clean, stall (the main
 thread sleeps PCT% of a step before its forward), busy (it spins on the CPU for that long)
 or gpu (extra matrix products on that rank's GPU, PCT% of the GPU's step, queued before its
-forward: a delay once a step), or slow (the same work spread over the step: a few products
+forward: a delay once a step), or slow (as much GPU time spread over the step: the GPU spins
 after every layer's forward and backward, as a GPU slower all through the step is, a
-throttled one; not the pipeline); /sK syncs every
+throttled one; its unit is measured by CUDA events in the warm-up; not the pipeline). Each
+phase's line says what its fault added to the planted rank's step (planted_ms: GPU time for
+gpu and slow, CPU time for stall and busy); /sK syncs every
 K steps (loss.item(); default every step); @F starts the fault F of the way into the phase
 (0.33: after a third of its steps) and the planted rank writes the wall-clock time of the
 onset to ONSET_DIR/NAME (--onset-dir), for measuring time to detection. Each phase plants its fault on another rank
@@ -190,13 +192,38 @@ if a.model == "cnn":
              .to(memory_format=torch.channels_last),
              torch.randint(0, 1000, (a.batch,), device="cuda", generator=g)) for _ in range(4)]
 extra = torch.randn(2048, 2048, device="cuda")
-# the "slow" fault: extra products after every layer's forward and backward on this rank
+# the "slow" fault: after every hooked layer's forward and, through a hook on its output,
+# after its backward, this rank's GPU spins (one kernel, torch.cuda._sleep) for slow_n units
+# of SLOW_CYCLES clock cycles: GPU time alone, one launch a call whatever the amount (extra
+# matrix products cost their launches' CPU time too, and inside a bf16 autocast a sixtieth of
+# their float32 time). What one unit costs the GPU a step is measured in the warm-up by CUDA
+# events around every call (slow_unit_s)
+SLOW_CYCLES = 20000
 slow_n = [0]
+slow_ev = [None]  # while measuring: (start, end) CUDA events of every call
 
 
-def slow_hook(*_):
-    for _ in range(slow_n[0]):
-        torch.mm(extra, extra)
+def slow_work():
+    if not slow_n[0]:
+        return
+    ev = slow_ev[0]
+    if ev is not None:
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+    torch.cuda._sleep(slow_n[0] * SLOW_CYCLES)
+    if ev is not None:
+        e1.record()
+        ev.append((e0, e1))
+
+
+def slow_bwd(_grad):
+    slow_work()
+
+
+def slow_fwd(_mod, _inp, out):
+    slow_work()
+    if slow_n[0] and isinstance(out, torch.Tensor) and out.requires_grad:
+        out.register_hook(slow_bwd)
 
 
 hooked = 0
@@ -205,8 +232,7 @@ if a.shape != "pipeline" and "=slow" in a.phases:
     for m in (model.module if a.shape == "ddp" else model).modules():
         if isinstance(m, (torch.nn.Linear, torch.nn.TransformerEncoderLayer, Block)) and \
                 not (a.model != "mlp" and isinstance(m, torch.nn.Linear)):
-            m.register_forward_hook(slow_hook)
-            m.register_full_backward_hook(slow_hook)
+            m.register_forward_hook(slow_fwd)
             hooked += 1
 
 
@@ -330,15 +356,25 @@ for _ in range(50):
 ev1.record()
 torch.cuda.synchronize()
 mm_s = ev0.elapsed_time(ev1) / 1e3 / 50
+# the slow fault's unit on the GPU, a step: SLOW_CYCLES after every hooked layer's forward
+# and backward, timed by CUDA events around each call
+slow_unit_s = 0.0
+if hooked:
+    slow_ev[0] = []
+    timed(10, ("slow", 1))
+    torch.cuda.synchronize()
+    slow_unit_s = sum(e0.elapsed_time(e1) for e0, e1 in slow_ev[0]) / 1e3 / 10
+    slow_ev[0] = None
 # every rank plants the same amounts: rank 0's measurements
-cal = torch.tensor([step_s, mm_s], device="cuda", dtype=torch.float64)
+cal = torch.tensor([step_s, mm_s, slow_unit_s], device="cuda", dtype=torch.float64)
 dist.broadcast(cal, 0)
-step_s, mm_s = cal.tolist()
+step_s, mm_s, slow_unit_s = cal.tolist()
 if a.phase_seconds > 0:
     a.steps = max(50, round(a.phase_seconds / step_s))
 if rank == 0:
-    print("fq-train: %s %s, %d ranks, step %.2f ms, extra matmul %.3f ms, %d steps a phase%s" %
-          (a.shape, a.model, world, step_s * 1e3, mm_s * 1e3, a.steps,
+    print("fq-train: %s %s, %d ranks, step %.2f ms, extra matmul %.3f ms, slow unit %.3f ms, "
+          "%d steps a phase%s" %
+          (a.shape, a.model, world, step_s * 1e3, mm_s * 1e3, slow_unit_s * 1e3, a.steps,
            ", CUDA_LAUNCH_BLOCKING=1" if os.environ.get("CUDA_LAUNCH_BLOCKING") == "1" else ""),
           flush=True)
 
@@ -355,8 +391,8 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
             raise SystemExit("fq-train: slow is not for --shape pipeline")
         if a.shape == "fsdp":
             print("fq-train: slow under FSDP is untried", flush=True)
-        # (a forward and a backward call a layer a step; at least one product a call)
-        amount = max(1, round(p["pct"] / 100 * step_s / mm_s / (2 * hooked)))
+        # (at least one unit)
+        amount = max(1, round(p["pct"] / 100 * step_s / slow_unit_s))
     fault = (p["kind"], amount if rank == target else 0)
     t0 = time.time()
     onset = int(p["onset"] * a.steps)
@@ -372,7 +408,10 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
                    steps_per_s=round(a.steps / secs, 2), seconds=round(secs, 3),
                    shape=a.shape, model=a.model, ranks=world, step_ms=round(step_s * 1e3, 3),
                    start_ns=int(t0 * 1e9), end_ns=int((t0 + secs) * 1e9),
-                   sync_ms_per_step=[round(w * 1e3 / a.steps, 3) for w in waits.tolist()])
+                   sync_ms_per_step=[round(w * 1e3 / a.steps, 3) for w in waits.tolist()],
+                   # what the fault adds to the planted rank's step (its GPU's or CPU's time)
+                   planted_ms=round(1e3 * amount * {"slow": slow_unit_s, "gpu": mm_s}.get(
+                       p["kind"], 1.0), 3) if p["kind"] != "clean" else 0.0)
         cmd = os.environ.get("FQ_ANALYZE")
         if cmd:
             env = dict(os.environ, FQ_SINCE="%.1f" % max(1.0, time.time() - t0 - 0.5),
