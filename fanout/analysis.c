@@ -354,7 +354,8 @@ char *an_near(sqlite3 *db)
 	/* (a user's merge file without these columns: no line) */
 	static const char sql[] =
 		"SELECT coalesce(job_rank, rank), node, near_signal, near_pct, bar_pct, "
-		"CASE near_signal WHEN 'wait' THEN z_wait WHEN 'gpu' THEN z_gpu ELSE z_cpu END "
+		"CASE near_signal WHEN 'wait' THEN z_wait WHEN 'gpu' THEN z_gpu "
+		"WHEN 'pace' THEN z_pace ELSE z_cpu END "
 		"FROM temp.fq_analysis WHERE verdict = 'ok' AND near_pct IS NOT NULL "
 		"ORDER BY near_pct DESC LIMIT 1";
 	sqlite3_stmt *st = NULL;
@@ -366,7 +367,11 @@ char *an_near(sqlite3 *db)
 		const char *what = !sig			  ? "signal stands"
 				   : !strcmp(sig, "wait") ? "synchronize waits stand"
 				   : !strcmp(sig, "gpu")  ? "collective kernels stand"
+				   : !strcmp(sig, "pace") ? "GPU's compute before each step stands"
 							  : "CPU work stands";
+		/* pace's effect is the uniform slowdown's estimate, not a measured loss */
+		const char *model = sig && !strcmp(sig, "pace") ?
+					    " if its GPU is slower all through its step," : "";
 		double eff = sqlite3_column_double(st, 3), bar = sqlite3_column_double(st, 4);
 		char tail[160];
 
@@ -379,12 +384,12 @@ char *an_near(sqlite3 *db)
 			snprintf(tail, sizeof(tail), "past the bar of %.1f%% but held back by the "
 						     "other rules (--all shows every rank)", bar);
 		if (asprintf(&line, "  closest: rank %s on %s: its %s out (z %.2f), %.1f%% "
-				    "of the span, %s\n",
+				    "of the span,%s %s\n",
 			     sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0)
 							: "?",
 			     sqlite3_column_text(st, 1) ? (const char *)sqlite3_column_text(st, 1)
 							: "?",
-			     what, sqlite3_column_double(st, 5), eff, tail) < 0)
+			     what, sqlite3_column_double(st, 5), eff, model, tail) < 0)
 			line = NULL;
 	}
 	sqlite3_finalize(st);

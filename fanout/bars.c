@@ -7,10 +7,11 @@
 
 #include "strbuf.h"
 
-/* characters a bar has at most: four of them and a rank's name fit 100 columns */
+/* characters a bar has at most: five of them and a rank's name fit 100 columns */
 #define BAR_W 12
 
-static const char *const signals[] = { "late", "wait", "gpu", "cpu" };
+static const char *const signals[] = { "late", "wait", "gpu", "cpu", "pace" };
+#define NSIG ((int)(sizeof(signals) / sizeof(signals[0])))
 
 int bars_parse(const char *when)
 {
@@ -25,8 +26,8 @@ int bars_parse(const char *when)
 
 struct rankrow {
 	char *comm, *node, *rank, *verdict;
-	double z[4];
-	int has[4];
+	double z[NSIG];
+	int has[NSIG];
 };
 
 static char *dup_col(sqlite3_stmt *st, int i)
@@ -62,10 +63,10 @@ static void end_line(struct strbuf *b)
 /* One communicator's ranks, rows[0..n), all of one comm_hash. */
 static void draw(struct strbuf *b, const struct rankrow *rows, size_t n, double thr)
 {
-	double scale[4];
+	double scale[NSIG];
 	int nodew = 4;
 
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < NSIG; k++) {
 		scale[k] = thr;
 		for (size_t i = 0; i < n; i++)
 			if (rows[i].has[k] && rows[i].z[k] > scale[k])
@@ -77,12 +78,12 @@ static void draw(struct strbuf *b, const struct rankrow *rows, size_t n, double 
 	sb_printf(b, "\ncommunicator %s, robust z per rank (longer: more straggler-like; "
 		     "| at %g):\n", rows[0].comm, thr);
 	sb_printf(b, "  %4s %-*s", "rank", nodew, "node");
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < NSIG; k++)
 		sb_printf(b, "  %-*s", BAR_W, signals[k]);
 	end_line(b);
 	for (size_t i = 0; i < n; i++) {
 		sb_printf(b, "  %4s %-*s", rows[i].rank, nodew, rows[i].node);
-		for (int k = 0; k < 4; k++)
+		for (int k = 0; k < NSIG; k++)
 			bar(b, &rows[i], k, scale[k], thr);
 		if (strcmp(rows[i].verdict, "ok"))
 			sb_printf(b, "  %s", rows[i].verdict);
@@ -93,7 +94,7 @@ static void draw(struct strbuf *b, const struct rankrow *rows, size_t n, double 
 char *bars_take(sqlite3 *db, double thr, int keep_ok)
 {
 	static const char sql[] =
-		"SELECT comm_hash, node, rank, verdict, z_late, z_wait, z_gpu, z_cpu "
+		"SELECT comm_hash, node, rank, verdict, z_late, z_wait, z_gpu, z_cpu, z_pace "
 		"FROM temp.fq_analysis ORDER BY comm_hash, rank, node";
 	struct strbuf b = STRBUF_INIT;
 	struct rankrow *rows = NULL, *nr;
@@ -112,7 +113,7 @@ char *bars_take(sqlite3 *db, double thr, int keep_ok)
 		rows[n].node = dup_col(st, 1);
 		rows[n].rank = dup_col(st, 2);
 		rows[n].verdict = dup_col(st, 3);
-		for (int k = 0; k < 4; k++) {
+		for (int k = 0; k < NSIG; k++) {
 			rows[n].has[k] = sqlite3_column_type(st, 4 + k) != SQLITE_NULL;
 			rows[n].z[k] = sqlite3_column_double(st, 4 + k);
 		}

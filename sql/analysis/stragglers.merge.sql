@@ -52,7 +52,8 @@
 --   to name a rank of this communicator: :min_effect, :pair_effect for a pair, grown for a
 --   short span), bar_steps (the span's steps where the bar grew for it, else NULL),
 --   near_signal, near_pct (a rank not named: of its signals past :threshold on their own z,
---   wait, gpu or cpu (a pair's kernels alone where known), the one whose effect is largest,
+--   wait, gpu, cpu (a pair's kernels alone where known) or pace (its kernels past it too; the
+--   uniform slowdown's estimate), the one whose effect is largest,
 --   and that effect; else NULL: what a clean verdict missed naming it by, against bar_pct),
 --   z_pace, pace_ms and peer_pace_ms (its GPU's compute before a collective that opens a
 --   step: oriented z, per such collective, its peers'; NULL where not measured: see ggap),
@@ -716,17 +717,21 @@ SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        -- (lateness is left out: a CPU running ahead of its GPU is late at no cost; a pair
        -- whose kernels are known has their effect alone, as its verdict has)
        iif(verdict = 'ok' AND near >= 0, CASE near WHEN nw THEN 'wait' WHEN ng THEN 'gpu'
-						      ELSE 'cpu' END, NULL) AS near_signal,
+						      WHEN nc THEN 'cpu' ELSE 'pace' END, NULL)
+	       AS near_signal,
        iif(verdict = 'ok' AND near >= 0, round(100 * near, 1), NULL) AS near_pct,
        round(z_fw, 2) AS z_pace, round(pace / 1e6, 3) AS pace_ms,
        round(peer_pace / 1e6, 3) AS peer_pace_ms,
        iif(verdict = 'straggler' AND pace_alone, 'uniform', NULL) AS effect_model
-FROM (SELECT w.*, max(nw, ng, nc) AS near
+FROM (SELECT w.*, max(nw, ng, nc, np) AS near
       FROM (SELECT w.*, iif(z_wait > prm.thr AND NOT (gn = 2 AND z_gpu IS NOT NULL),
 			    coalesce(e_wait, 0), -1) AS nw,
 		   iif(z_gpu > prm.thr, coalesce(e_gpu, 0), -1) AS ng,
 		   iif(z_cpu > prm.thr AND NOT (gn = 2 AND z_gpu IS NOT NULL),
-		       coalesce(e_cpu, 0), -1) AS nc
+		       coalesce(e_cpu, 0), -1) AS nc,
+		   -- (its GPU's pace: the uniform slowdown's estimate, where its kernels lean
+		   -- its way too, as pace needs to name it)
+		   iif(z_fw > prm.thr AND z_gpu > prm.thr, coalesce(e_uni, 0), -1) AS np
 	    FROM w, prm) w) w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
 ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,
