@@ -1,0 +1,81 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# What the GPU-side signals cost `fleetq stragglers`' analysis: the node and merge files of
+# sql/analysis run by an-run (as fleetq runs them: each node's query on its own file, the
+# merge over every node's rows) over NODES fq-tracegen node files of 8 ranks each, rank 517's
+# GPU 10 % slower, with the NCCL profiler plugin's kernel rows (--kernels) against the same
+# job without them (the CPU-side signals alone: the baseline, measured in the same run).
+# One collective a step, so every kernel opens a step: the most work `pace` can have.
+# Median wall time of FQ_BENCH_REPS runs (default 5) each, alternating, and the peak RSS
+# (GNU time, where installed). Both runs must name rank 517's straggler with the kernels.
+#   bench/analysis-cost.sh [BUILD_DIR] [NODES] [STEPS]     (defaults: 128 nodes, 200 steps)
+. "$(dirname "$0")/lib.sh"
+nodes=${2:-128}
+steps=${3:-200}
+AN=$B/tests/analysis/an-run
+need "$AN" "$TRACEGEN"
+sql=$SRC/sql/analysis
+ranks=$((nodes * 8))
+start=1700000000000000000
+
+# job DIR [ARGS]: the node files of one job (cached: they take a while on a small box)
+job() {
+	d=$CACHE/ancost-$nodes-$steps-$1
+	shift
+	if [ ! -f "$d/done" ]; then
+		rm -rf "$d"
+		mkdir -p "$d"
+		i=0
+		while [ $i -lt "$nodes" ]; do
+			"$TRACEGEN" --out "$d/n$i.db" --node "node$i" --ranks 8 --rank-base $((i * 8)) \
+				--nranks $ranks --steps "$steps" --start-ns $start --seed 3 \
+				--gpu-slow-rank 517 --gpu-slow-pct 10 "$@" >/dev/null 2>"$T/gen.err" ||
+				die "fq-tracegen node$i"
+			i=$((i + 1))
+		done
+		touch "$d/done"
+	fi
+	echo "$d"
+}
+[ "$ranks" -gt 517 ] || die "NODES must be 65 or more (rank 517 is the slow one)"
+kern=$(job kernels --kernels)
+base=$(job cpu)
+files() { i=0; while [ $i -lt "$nodes" ]; do printf '%s/n%d.db ' "$1" $i; i=$((i + 1)); done; }
+kf=$(files "$kern")
+bf=$(files "$base")
+
+# an DIR_FILES: one analysis run; its rows in $T/an.tsv
+an() {
+	# shellcheck disable=SC2086
+	"$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" -p since_ns=1 $1 \
+		>"$T/an.tsv" 2>"$T/an.err" || die "an-run: $(tail -n 2 "$T/an.err")"
+}
+an "$kf"
+awk -F '\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+	NR == 2 { ok = $c["rank"] == 517 && $c["verdict"] == "straggler" && $c["signals"] ~ /gpu/ }
+	END { exit !ok }' "$T/an.tsv" || die "with the kernels, rank 517 is not named on its kernels: $(head -n 3 "$T/an.tsv")"
+
+tk= tb=
+i=0
+while [ $i -lt "$REPS" ]; do
+	tk="$tk $(timeit "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" -p since_ns=1 $kf)"
+	tb="$tb $(timeit "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" -p since_ns=1 $bf)"
+	i=$((i + 1))
+done
+mk=- mb=-
+if [ -x /usr/bin/time ]; then
+	# shellcheck disable=SC2086
+	mk=$(/usr/bin/time -f %M "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" \
+		-p since_ns=1 $kf 2>&1 >/dev/null | tail -n 1)
+	# shellcheck disable=SC2086
+	mb=$(/usr/bin/time -f %M "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" \
+		-p since_ns=1 $bf 2>&1 >/dev/null | tail -n 1)
+fi
+k=$(median $tk)
+b=$(median $tb)
+echo "analysis-cost: $ranks ranks on $nodes node files, $steps steps, median of $REPS runs"
+echo "  with the plugin's kernel rows: $(fmt "$k" 3) s (runs:$tk), peak RSS $mk KiB"
+echo "  baseline, CPU side alone:      $(fmt "$b" 3) s (runs:$tb), peak RSS $mb KiB"
+echo "  ratio (time): $(fmt "$(calc "$k / $b")" 3)"
+result analysis_kernels_s "$(fmt "$k" 3)" s "$(fmt "$b" 3)" - -
+[ "$mk" = - ] || result analysis_kernels_rss_kib "$mk" KiB "$mb" - -
