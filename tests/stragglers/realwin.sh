@@ -1,0 +1,42 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# fleetq's report over a real trace window served by real agents: the CNN under DDP on
+# 4 x H200 (tests/analysis/real/cnn17-slow5, BENCHMARKS.md round 17), rank 1's GPU 5 %
+# slower all through its step (the job lost 2.0 %), one agentd per rank. Over the whole
+# phase it is named on its GPU's pace alone, and the first line says the effect is an
+# estimate; over the newest 500 seqs of each op the bar grows for the shorter span and
+# nobody is named (exit 0), and the closest line says what came closest: its GPU's compute.
+. "$(dirname "$0")/../e2e/lib.sh"
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+
+certs ca 127.0.0.1
+python3 - "$SRC" "$T" <<'PY' || fail "cannot write the window's trace files"
+import gzip, json, sys
+src, t = sys.argv[1:3]
+sys.path.insert(0, src + "/bench/gpu")
+import window
+j = json.load(gzip.open(src + "/tests/analysis/real/cnn17-slow5.json.gz", "rt"))
+schema = open(src + "/sql/schema.sql").read()
+for k, node in enumerate(j["nodes"]):
+    window.write("%s/r%d.db" % (t, k), schema, node["tables"])
+PY
+HOSTS=
+for k in 0 1 2 3; do
+	start_agent "gpu0$k" "$T/r$k.db" ca
+	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
+done
+
+fq -w "$HOSTS" stragglers --since all --max-seqs 0
+expect_rc 1 "the whole phase"
+grep -q "^straggler: rank 1 on 127.0.0.1:[0-9]* (costs its job about [0-9.]*% of the span, if its GPU is slower all through its step)$" \
+	"$T/out" || fail "first line: $(cat "$T/out")"
+grep -q "^  signals that name it: pace (method mad)$" "$T/out" || fail "signals: $(cat "$T/out")"
+grep -q "^  \* pace z=  *+[0-9.]*  [0-9.]* ms, peers [0-9.]* ms of GPU compute before each" \
+	"$T/out" || fail "pace line: $(cat "$T/out")"
+
+fq -w "$HOSTS" stragglers --since all --max-seqs 500
+expect_rc 0 "the newest 500 seqs"
+grep -q "^no straggler: 4 ranks" "$T/out" || fail "500 seqs: $(cat "$T/out")"
+grep -q "^  closest: rank 1 on 127.0.0.1:[0-9]*: its GPU's compute before each step stands out (z [0-9.]*), [0-9.]*% of the span, if its GPU is slower all through its step, under the bar of [0-9.]*%$" \
+	"$T/out" || fail "closest line: $(cat "$T/out")"
+echo PASS
