@@ -7,7 +7,8 @@
 # job without them (the CPU-side signals alone: the baseline, measured in the same run).
 # One collective a step, so every kernel opens a step: the most work `pace` can have.
 # Median wall time of FQ_BENCH_REPS runs (default 5) each, alternating, and the peak RSS
-# (GNU time, where installed). Both runs must name rank 517's straggler with the kernels.
+# (GNU time, where installed). With the kernels the analysis must name rank 517 on its kernels
+# and measure its GPU's pace (z_pace), so that the run times the work it is meant to.
 #   bench/analysis-cost.sh [BUILD_DIR] [NODES] [STEPS]     (defaults: 128 nodes, 200 steps)
 . "$(dirname "$0")/lib.sh"
 nodes=${2:-128}
@@ -52,8 +53,10 @@ an() {
 }
 an "$kf"
 awk -F '\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-	NR == 2 { ok = $c["rank"] == 517 && $c["verdict"] == "straggler" && $c["signals"] ~ /gpu/ }
-	END { exit !ok }' "$T/an.tsv" || die "with the kernels, rank 517 is not named on its kernels: $(head -n 3 "$T/an.tsv")"
+	NR == 2 { ok = $c["rank"] == 517 && $c["verdict"] == "straggler" && $c["signals"] ~ /gpu/ &&
+		       $c["z_pace"] != "" && $c["z_pace"] != "NULL" }
+	END { exit !ok }' "$T/an.tsv" ||
+	die "with the kernels, rank 517 is not named on its kernels with its pace measured: $(head -n 3 "$T/an.tsv")"
 
 tk= tb=
 i=0

@@ -7,7 +7,7 @@
 
 #include "strbuf.h"
 
-/* characters a bar has at most: five of them and a rank's name fit 100 columns */
+/* characters a bar has at most: five of them, a node name of 12 and a verdict fit 100 columns */
 #define BAR_W 12
 
 static const char *const signals[] = { "late", "wait", "gpu", "cpu", "pace" };
@@ -93,15 +93,20 @@ static void draw(struct strbuf *b, const struct rankrow *rows, size_t n, double 
 
 char *bars_take(sqlite3 *db, double thr, int keep_ok)
 {
+	/* (a merge file without z_pace, a user's: its pace bars read "-") */
 	static const char sql[] =
 		"SELECT comm_hash, node, rank, verdict, z_late, z_wait, z_gpu, z_cpu, z_pace "
+		"FROM temp.fq_analysis ORDER BY comm_hash, rank, node";
+	static const char sql4[] =
+		"SELECT comm_hash, node, rank, verdict, z_late, z_wait, z_gpu, z_cpu, NULL "
 		"FROM temp.fq_analysis ORDER BY comm_hash, rank, node";
 	struct strbuf b = STRBUF_INIT;
 	struct rankrow *rows = NULL, *nr;
 	sqlite3_stmt *st = NULL;
 	size_t n = 0, first = 0;
 
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK &&
+	    sqlite3_prepare_v2(db, sql4, -1, &st, NULL) != SQLITE_OK)
 		goto out; /* a user's merge file without these columns: no picture */
 	while (sqlite3_step(st) == SQLITE_ROW) {
 		nr = realloc(rows, (n + 1) * sizeof(*rows));

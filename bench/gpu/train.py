@@ -27,8 +27,9 @@ Phases (--phases, comma-separated NAME=KIND[:PCT][/sK]): KIND is clean, stall (t
 thread sleeps PCT% of a step before its forward), busy (it spins on the CPU for that long)
 or gpu (extra matrix products on that rank's GPU, PCT% of the GPU's step, queued before its
 forward: a delay once a step), or slow (as much GPU time spread over the step: the GPU spins
-after every layer's forward and backward, as a GPU slower all through the step is, a
-throttled one; its unit is measured by CUDA events in the warm-up; not the pipeline). Each
+after every layer's forward and before its backward, as a GPU slower all through the step
+is, a throttled one; the calls a step and the GPU's spin rate are measured in the warm-up;
+not the pipeline). Each
 phase's line says what its fault added to the planted rank's step (planted_ms: GPU time for
 gpu and slow, CPU time for stall and busy); /sK syncs every
 K steps (loss.item(); default every step); @F starts the fault F of the way into the phase
@@ -192,28 +193,21 @@ if a.model == "cnn":
              .to(memory_format=torch.channels_last),
              torch.randint(0, 1000, (a.batch,), device="cuda", generator=g)) for _ in range(4)]
 extra = torch.randn(2048, 2048, device="cuda")
-# the "slow" fault: after every hooked layer's forward and, through a hook on its output,
-# after its backward, this rank's GPU spins (one kernel, torch.cuda._sleep) for slow_n units
-# of SLOW_CYCLES clock cycles: GPU time alone, one launch a call whatever the amount (extra
-# matrix products cost their launches' CPU time too, and inside a bf16 autocast a sixtieth of
-# their float32 time). What one unit costs the GPU a step is measured in the warm-up by CUDA
-# events around every call (slow_unit_s)
-SLOW_CYCLES = 20000
+# the "slow" fault: after every hooked layer's forward and, through a hook on its output's
+# gradient, before its backward, this rank's GPU spins for slow_n clock cycles (one kernel,
+# torch.cuda._sleep): GPU time alone, one launch a call whatever the amount (extra matrix
+# products cost their launches' CPU time too, and sized by a product timed outside the model
+# they cost a CNN's step under autocast a tenth of their time). The warm-up counts the calls
+# a step and measures the GPU's cycles a second from two spins of different lengths queued
+# back to back (so that what a launch costs beside its spin cancels out): slow_calls, slow_hz
 slow_n = [0]
-slow_ev = [None]  # while measuring: (start, end) CUDA events of every call
+slow_count = [0]  # hooked calls, counted while measuring
 
 
 def slow_work():
-    if not slow_n[0]:
-        return
-    ev = slow_ev[0]
-    if ev is not None:
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-    torch.cuda._sleep(slow_n[0] * SLOW_CYCLES)
-    if ev is not None:
-        e1.record()
-        ev.append((e0, e1))
+    slow_count[0] += 1
+    if slow_n[0]:
+        torch.cuda._sleep(slow_n[0])
 
 
 def slow_bwd(_grad):
@@ -356,25 +350,33 @@ for _ in range(50):
 ev1.record()
 torch.cuda.synchronize()
 mm_s = ev0.elapsed_time(ev1) / 1e3 / 50
-# the slow fault's unit on the GPU, a step: SLOW_CYCLES after every hooked layer's forward
-# and backward, timed by CUDA events around each call
-slow_unit_s = 0.0
+# the slow fault: the hooked calls a step, and the GPU's spin rate (the second spin's time
+# less the first's, over the cycles it adds)
+slow_calls, slow_hz = 0.0, 0.0
 if hooked:
-    slow_ev[0] = []
-    timed(10, ("slow", 1))
+    slow_count[0] = 0
+    timed(4, ("slow", 1))
+    slow_calls = slow_count[0] / 4
+    e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
     torch.cuda.synchronize()
-    slow_unit_s = sum(e0.elapsed_time(e1) for e0, e1 in slow_ev[0]) / 1e3 / 10
-    slow_ev[0] = None
+    torch.cuda._sleep(1_000_000)  # (the GPU busy, so the timed spins queue behind it)
+    e[0].record()
+    torch.cuda._sleep(2_000_000)
+    e[1].record()
+    torch.cuda._sleep(6_000_000)
+    e[2].record()
+    torch.cuda.synchronize()
+    slow_hz = 4_000_000 / ((e[1].elapsed_time(e[2]) - e[0].elapsed_time(e[1])) / 1e3)
 # every rank plants the same amounts: rank 0's measurements
-cal = torch.tensor([step_s, mm_s, slow_unit_s], device="cuda", dtype=torch.float64)
+cal = torch.tensor([step_s, mm_s, slow_calls, slow_hz], device="cuda", dtype=torch.float64)
 dist.broadcast(cal, 0)
-step_s, mm_s, slow_unit_s = cal.tolist()
+step_s, mm_s, slow_calls, slow_hz = cal.tolist()
 if a.phase_seconds > 0:
     a.steps = max(50, round(a.phase_seconds / step_s))
 if rank == 0:
-    print("fq-train: %s %s, %d ranks, step %.2f ms, extra matmul %.3f ms, slow unit %.3f ms, "
-          "%d steps a phase%s" %
-          (a.shape, a.model, world, step_s * 1e3, mm_s * 1e3, slow_unit_s * 1e3, a.steps,
+    print("fq-train: %s %s, %d ranks, step %.2f ms, extra matmul %.3f ms, slow: %g calls a "
+          "step, %.3f GHz, %d steps a phase%s" %
+          (a.shape, a.model, world, step_s * 1e3, mm_s * 1e3, slow_calls, slow_hz / 1e9, a.steps,
            ", CUDA_LAUNCH_BLOCKING=1" if os.environ.get("CUDA_LAUNCH_BLOCKING") == "1" else ""),
           flush=True)
 
@@ -387,12 +389,12 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
     elif p["kind"] == "gpu":
         amount = round(p["pct"] / 100 * step_s / mm_s)
     elif p["kind"] == "slow":
-        if not hooked:
-            raise SystemExit("fq-train: slow is not for --shape pipeline")
+        if not hooked or not slow_calls:
+            raise SystemExit("fq-train: slow needs a hooked layer (not --shape pipeline)")
         if a.shape == "fsdp":
             print("fq-train: slow under FSDP is untried", flush=True)
-        # (at least one unit)
-        amount = max(1, round(p["pct"] / 100 * step_s / slow_unit_s))
+        # cycles a call
+        amount = max(1000, round(p["pct"] / 100 * step_s * slow_hz / slow_calls))
     fault = (p["kind"], amount if rank == target else 0)
     t0 = time.time()
     onset = int(p["onset"] * a.steps)
@@ -410,7 +412,8 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
                    start_ns=int(t0 * 1e9), end_ns=int((t0 + secs) * 1e9),
                    sync_ms_per_step=[round(w * 1e3 / a.steps, 3) for w in waits.tolist()],
                    # what the fault adds to the planted rank's step (its GPU's or CPU's time)
-                   planted_ms=round(1e3 * amount * {"slow": slow_unit_s, "gpu": mm_s}.get(
+                   planted_ms=round(1e3 * amount * {
+                       "slow": slow_calls / slow_hz if slow_hz else 0, "gpu": mm_s}.get(
                        p["kind"], 1.0), 3) if p["kind"] != "clean" else 0.0)
         cmd = os.environ.get("FQ_ANALYZE")
         if cmd:

@@ -52,8 +52,9 @@
 --   to name a rank of this communicator: :min_effect, :pair_effect for a pair, grown for a
 --   short span), bar_steps (the span's steps where the bar grew for it, else NULL),
 --   near_signal, near_pct (a rank not named: of its signals past :threshold on their own z,
---   wait, gpu, cpu (a pair's kernels alone where known) or pace (its kernels past it too; the
---   uniform slowdown's estimate), the one whose effect is largest,
+--   wait, gpu, cpu (a pair's kernels alone where known) or pace (where its kernels and the
+--   job's pace would let it name: the uniform slowdown's estimate), the one whose effect is
+--   largest,
 --   and that effect; else NULL: what a clean verdict missed naming it by, against bar_pct),
 --   z_pace, pace_ms and peer_pace_ms (its GPU's compute before a collective that opens a
 --   step: oriented z, per such collective, its peers'; NULL where not measured: see ggap),
@@ -729,9 +730,10 @@ FROM (SELECT w.*, max(nw, ng, nc, np) AS near
 		   iif(z_gpu > prm.thr, coalesce(e_gpu, 0), -1) AS ng,
 		   iif(z_cpu > prm.thr AND NOT (gn = 2 AND z_gpu IS NOT NULL),
 		       coalesce(e_cpu, 0), -1) AS nc,
-		   -- (its GPU's pace: the uniform slowdown's estimate, where its kernels lean
-		   -- its way too, as pace needs to name it)
-		   iif(z_fw > prm.thr AND z_gpu > prm.thr, coalesce(e_uni, 0), -1) AS np
+		   -- (its GPU's pace: the uniform slowdown's estimate, where pace's other
+		   -- conditions hold, its kernels and the GPUs setting the job's pace)
+		   iif(z_fw > prm.thr AND z_gpu > prm.thr AND m_wait >= 0.25 * cspan,
+		       coalesce(e_uni, 0), -1) AS np
 	    FROM w, prm) w) w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
 ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,
