@@ -45,13 +45,17 @@ files() { i=0; while [ $i -lt "$nodes" ]; do printf '%s/n%d.db ' "$1" $i; i=$((i
 kf=$(files "$kern")
 bf=$(files "$base")
 
-# an DIR_FILES: one analysis run; its rows in $T/an.tsv
-an() {
-	# shellcheck disable=SC2086
-	"$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" -p since_ns=1 $1 \
-		>"$T/an.tsv" 2>"$T/an.err" || die "an-run: $(tail -n 2 "$T/an.err")"
+# an FILE...: one analysis run over those node files, as fleetq runs it (a function
+# timeit can run; `time` needs the program itself, so it gets the same line through "$@")
+an() { "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" -p since_ns=1 "$@"; }
+# peak FILE...: one run's peak RSS in KiB (GNU time), or - where it is not installed
+peak() {
+	[ -x /usr/bin/time ] || { echo -; return; }
+	/usr/bin/time -f %M "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" \
+		-p since_ns=1 "$@" 2>&1 >/dev/null | tail -n 1
 }
-an "$kf"
+# shellcheck disable=SC2086
+an $kf >"$T/an.tsv" 2>"$T/an.err" || die "an-run: $(tail -n 2 "$T/an.err")"
 awk -F '\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
 	NR == 2 { ok = $c["rank"] == 517 && $c["verdict"] == "straggler" && $c["signals"] ~ /gpu/ &&
 		       $c["z_pace"] != "" && $c["z_pace"] != "NULL" }
@@ -61,19 +65,16 @@ awk -F '\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
 tk= tb=
 i=0
 while [ $i -lt "$REPS" ]; do
-	tk="$tk $(timeit "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" -p since_ns=1 $kf)"
-	tb="$tb $(timeit "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" -p since_ns=1 $bf)"
+	# shellcheck disable=SC2086
+	tk="$tk $(timeit an $kf)"
+	# shellcheck disable=SC2086
+	tb="$tb $(timeit an $bf)"
 	i=$((i + 1))
 done
-mk=- mb=-
-if [ -x /usr/bin/time ]; then
-	# shellcheck disable=SC2086
-	mk=$(/usr/bin/time -f %M "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" \
-		-p since_ns=1 $kf 2>&1 >/dev/null | tail -n 1)
-	# shellcheck disable=SC2086
-	mb=$(/usr/bin/time -f %M "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" \
-		-p since_ns=1 $bf 2>&1 >/dev/null | tail -n 1)
-fi
+# shellcheck disable=SC2086
+mk=$(peak $kf)
+# shellcheck disable=SC2086
+mb=$(peak $bf)
 k=$(median $tk)
 b=$(median $tb)
 echo "analysis-cost: $ranks ranks on $nodes node files, $steps steps, median of $REPS runs"
