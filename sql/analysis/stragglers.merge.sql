@@ -386,22 +386,42 @@ gqs AS (
 	FROM gcm c JOIN cs s ON s.comm_hash = c.comm_hash
 	WHERE c.nccl_comm IN (SELECT nccl_comm FROM gcand)
 ),
--- (each node row on its own: no splicing); k: how many ranks idled before that kernel. A
--- node's rows are untrusted: numbers only, under a day
+-- (each node row on its own: no splicing); k: how many ranks idled before that kernel;
+-- fed: its CPU had enqueued it before its GPU began that idle time, so every kernel the GPU
+-- ran in it was queued already: its GPU's own time, none of it waiting on its CPU; kf: how
+-- many ranks were fed there. A node's rows are untrusted: numbers only, under a day
 ggap AS (
-	SELECT x.node, x.nccl_comm, x.rank, x.pid, g.n, j.value AS gp,
-	       count(*) OVER (PARTITION BY x.nccl_comm, x.op, j.key + 0) AS k
-	FROM gqs g JOIN results x ON x.kind = 'kern' AND x.nccl_comm = g.nccl_comm
-				  AND x.op IS g.op
-	CROSS JOIN json_each(x.by_seq) j
-	WHERE j.type IN ('integer', 'real') AND j.value > g.q AND j.value < 86400e9
+	SELECT y.*, sum(y.fed) OVER (PARTITION BY y.nccl_comm, y.op, y.seq) AS kf
+	FROM (SELECT x.node, x.nccl_comm, x.op, x.rank, x.pid, g.n, j.key + 0 AS seq,
+		     j.value ->> 0 AS gp,
+		     coalesce(json_type(j.value, '$[1]') IN ('integer', 'real')
+			      AND j.value ->> 1 BETWEEN j.value ->> 0 AND 86400e9, 0) AS fed,
+		     count(*) OVER (PARTITION BY x.nccl_comm, x.op, j.key + 0) AS k
+	      FROM gqs g JOIN results x ON x.kind = 'kern' AND x.nccl_comm = g.nccl_comm
+					AND x.op IS g.op
+	      CROSS JOIN json_each(x.by_seq) j
+	      WHERE j.type = 'array' AND json_type(j.value, '$[0]') IN ('integer', 'real')
+		AND j.value ->> 0 > g.q AND j.value ->> 0 < 86400e9) y
 ),
 -- over the collectives that open a step: every rank's GPU idle before them for a quarter
--- step (a seq every rank idled before is one every rank reached)
-gfw AS (
-	SELECT nccl_comm, node, rank, pid, total(gp) AS c, count(*) AS nl
+-- step (a seq every rank idled before is one every rank reached); of them, those where
+-- every rank's CPU had queued that compute before its GPU began it (cf, nf)
+gfw0 AS (
+	SELECT nccl_comm, node, rank, pid, total(gp) AS c, count(*) AS nl,
+	       total(iif(kf = n, gp, 0)) AS cf, sum(kf = n) AS nf
 	FROM ggap WHERE k = n
 	GROUP BY nccl_comm, node, rank, pid
+),
+-- fed: 16 or more such steps on every rank, the job's CPUs running ahead of their GPUs,
+-- whose pace is then the GPUs' own (with a sync every K steps the CPU runs ahead and waits
+-- in its launches, which are not probed by default): the GPU's compute is read over those
+-- steps alone, free of the CPU's latency. Else over every step opened (the CPU may have
+-- kept the GPU waiting in them: pace needs the ranks' waits to say the GPUs set the pace)
+gfw AS (
+	SELECT w.nccl_comm, w.node, w.rank, w.pid, iif(m.fed, w.cf, w.c) AS c,
+	       iif(m.fed, w.nf, w.nl) AS nl, m.fed
+	FROM gfw0 w JOIN (SELECT nccl_comm, min(nf) >= 16 AS fed FROM gfw0 GROUP BY nccl_comm) m
+	     USING (nccl_comm)
 ),
 gfc AS (
 	SELECT nccl_comm, count(*) AS n, median(c) AS m, mad(c) AS d, sum(c) AS s
@@ -410,7 +430,7 @@ gfc AS (
 -- (peer: the other rank of a pair, else the median)
 guni AS (
 	SELECT w.nccl_comm, w.node, w.rank, w.pid, w.nl, w.c * 1.0 / w.nl AS pace,
-	       w.peer * 1.0 / w.nl AS peer_pace,
+	       w.peer * 1.0 / w.nl AS peer_pace, w.fed,
 	       robust_z(w.c, w.peer, max(iif(w.n = 2, 0, w.d), prm.fl * w.m, prm.fl_ns)) AS z_fw,
 	       (w.c - w.peer) * 1.0 / nullif(w.c, 0)
 		       * max(0, 1 - a.tot * 1.0 / nullif(a.gspan, 0)) AS e_uni
@@ -422,7 +442,8 @@ guni AS (
 ),
 -- per rank, the op that stands out most
 gb AS (
-	SELECT x.*, ga.lost / nullif(ga.gspan, 0) AS e_all, u.z_fw, u.e_uni, u.pace, u.peer_pace
+	SELECT x.*, ga.lost / nullif(ga.gspan, 0) AS e_all, u.z_fw, u.e_uni, u.pace, u.peer_pace,
+	       u.fed
 	FROM (SELECT gz.*, row_number() OVER (PARTITION BY comm_hash, node, rank, pid
 					      ORDER BY z_gpu DESC) AS o FROM gz) x
 	LEFT JOIN galle ga ON ga.nccl_comm = x.nccl_comm AND ga.node IS x.node
@@ -595,14 +616,19 @@ v AS (
 				 ELSE 0 END AS f_wait,
 	       f.f_cpu,
 	       -- its GPU's pace (ggap above): its kernels say it arrives last, its forward
-	       -- compute took longer than its peers', and the GPUs set the job's pace: the
-	       -- communicator's median rank waits on its GPU a quarter of the span or more.
-	       -- Where the CPU keeps its GPU waiting (a small model; launches from Python) the
-	       -- GPU's idle time before a step holds the CPU's latency too, which differs from
-	       -- rank to rank: clean transformer jobs on 4 GPUs, whose ranks waited 5-22 % of
-	       -- the span, had a rank's forward up to 16 % longer than its peers'
+	       -- compute took longer than its peers', and the GPUs set the job's pace (paced)
 	       (g.z_gpu > prm.thr AND g.z_fw > prm.thr AND g.e_uni >= g.eff_n
-		AND f.m_wait >= 0.25 * f.cspan) AS f_pace,
+		AND (f.m_wait >= 0.25 * f.cspan OR g.fed)) AS f_pace,
+	       -- the GPUs set the job's pace: the communicator's median rank waits on its GPU
+	       -- a quarter of the span or more, or every rank's CPU had queued the compute
+	       -- before 16 steps' first collectives or more by the time its GPU began it (fed,
+	       -- gfw: pace is then read over those steps alone). Where the CPU keeps its GPU
+	       -- waiting (a small model; launches from Python) the GPU's idle time before a
+	       -- step holds the CPU's latency too, which differs from rank to rank: clean
+	       -- transformer jobs on 4 GPUs, whose ranks waited 5-22 % of the span and had
+	       -- queued none of those steps' compute, had a rank's forward up to 16 % longer
+	       -- than its peers'
+	       (f.m_wait >= 0.25 * f.cspan OR g.fed) AS paced,
 	       -- its CPU work stands out and its peers did not wait less than it: where
 	       -- contention blurs every wait, the work itself is the evidence (not for a pair:
 	       -- one rank of two does some more CPU work in many clean jobs, rank 0 above all).
@@ -732,8 +758,7 @@ FROM (SELECT w.*, max(nw, ng, nc, np) AS near
 		       coalesce(e_cpu, 0), -1) AS nc,
 		   -- (its GPU's pace: the uniform slowdown's estimate, where pace's other
 		   -- conditions hold, its kernels and the GPUs setting the job's pace)
-		   iif(z_fw > prm.thr AND z_gpu > prm.thr AND m_wait >= 0.25 * cspan,
-		       coalesce(e_uni, 0), -1) AS np
+		   iif(z_fw > prm.thr AND z_gpu > prm.thr AND paced, coalesce(e_uni, 0), -1) AS np
 	    FROM w, prm) w) w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
 ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,

@@ -51,13 +51,18 @@
 --   gap_list     'rank' rows: JSON array of the same collectives' gap_ns (enqueue to
 --                enqueue, clock-free), in no promised order
 --   nccl_comm    'kern' rows: NCCL's communicator hash (nccl_kernels.nccl_comm)
---   by_seq       'kern' rows: JSON object, NCCL seq (per communicator and op) -> the ns this
---                GPU ran none of the process's collective kernels kept (window, :comm,
---                :max_seqs) before this one, where that is 50 us or more (the compute
---                before a step's first collective, where the step starts with one; shorter
---                idle times open no step the merge looks for, and most kernels of a step
---                follow another), from when every op of the process is kept (kt below);
---                none for a process that drives several GPUs or runs Send/Recv
+--   by_seq       'kern' rows: JSON object, NCCL seq (per communicator and op) -> [idle,
+--                ahead]: idle, the ns this GPU ran none of the process's collective kernels
+--                kept (window, :comm, :max_seqs) before this one, where that is 50 us or
+--                more (the compute before a step's first collective, where the step starts
+--                with one; shorter idle times open no step the merge looks for, and most
+--                kernels of a step follow another), from when every op of the process is
+--                kept (kt below); ahead, the ns from the plugin's start of the collective
+--                (its enqueue, host clock) to its kernel's start on the GPU, less the least
+--                such of the process's kernels kept (the two clocks' offset, and a launch's
+--                own latency, where the GPU had nothing queued): how far the CPU ran ahead
+--                of its GPU when it enqueued this one. None for a process that drives
+--                several GPUs or runs Send/Recv
 --   gpu_by_seq   'kern' rows: JSON object, NCCL seq (per communicator and op) -> gpu_dur_ns,
 --                the collective kernel's time on this GPU (earliest channel start to latest
 --                channel stop): the rank that arrives last has the shortest
@@ -124,12 +129,17 @@ kcut AS (
 	FROM kw, prm GROUP BY kw.nccl_comm, kw.op
 ),
 -- the kernels kept, each with the time its GPU ran none of the process's kept collective
--- kernels before it (the compute before a step's first collective: the merge's pace)
+-- kernels before it (the compute before a step's first collective: the merge's pace), and
+-- how far its CPU had run ahead of its GPU when it enqueued it (the two clocks' offset and
+-- a launch's latency taken off as the least of the process's: right where its GPU had
+-- nothing queued once in the window, as after any synchronize; else it reads low)
 kk AS (
 	SELECT k.*,
 	       max(0, k.gpu_start_ns - max(k.gpu_start_ns + k.gpu_dur_ns) OVER (
 		       PARTITION BY k.pid ORDER BY k.gpu_start_ns
-		       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) AS gpu_gap
+		       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) AS gpu_gap,
+	       k.gpu_start_ns - k.ts_ns - min(k.gpu_start_ns - k.ts_ns) OVER (PARTITION BY k.pid)
+		       AS ahead
 	FROM kw k JOIN kcut u ON u.nccl_comm = k.nccl_comm AND u.op IS k.op
 	WHERE k.seq > coalesce(u.seq, -1)
 ),
@@ -209,8 +219,8 @@ FROM win GROUP BY comm_hash, rank, pid, seq / 65536
 UNION ALL
 SELECT 'kern', max(k.comm_hash), k.rank, max(k.nranks), k.pid, NULL, max(k.seq), k.op, NULL,
        NULL, count(*),
-       json_group_object(k.seq, k.gpu_gap) FILTER (WHERE t.sends AND k.gpu_gap >= 50000
-						   AND k.ts_ns >= t.t),
+       json_group_object(k.seq, json_array(k.gpu_gap, k.ahead))
+	       FILTER (WHERE t.sends AND k.gpu_gap >= 50000 AND k.ts_ns >= t.t),
        NULL, k.nccl_comm,
        json_group_object(k.seq, k.gpu_dur_ns), max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns),
        NULL,
