@@ -382,7 +382,7 @@ galle AS (
 -- communicators where some rank's kernels lean its way (gcand), and only of the kernels
 -- after a quarter step of idle GPU
 gqs AS (
-	SELECT c.nccl_comm, c.op, c.n, s.step / 4 AS q
+	SELECT c.nccl_comm, c.op, c.n, s.step / 4 AS q, s.m_wait >= 0.25 * s.span AS waits
 	FROM gcm c JOIN cs s ON s.comm_hash = c.comm_hash
 	WHERE c.nccl_comm IN (SELECT nccl_comm FROM gcand)
 ),
@@ -392,7 +392,7 @@ gqs AS (
 -- many ranks were fed there. A node's rows are untrusted: numbers only, under a day
 ggap AS (
 	SELECT y.*, sum(y.fed) OVER (PARTITION BY y.nccl_comm, y.op, y.seq) AS kf
-	FROM (SELECT x.node, x.nccl_comm, x.op, x.rank, x.pid, g.n, j.key + 0 AS seq,
+	FROM (SELECT x.node, x.nccl_comm, x.op, x.rank, x.pid, g.n, g.waits, j.key + 0 AS seq,
 		     j.value ->> 0 AS gp,
 		     coalesce(json_type(j.value, '$[1]') IN ('integer', 'real')
 			      AND j.value ->> 1 BETWEEN j.value ->> 0 AND 86400e9, 0) AS fed,
@@ -408,20 +408,23 @@ ggap AS (
 -- every rank's CPU had queued that compute before its GPU began it (cf, nf)
 gfw0 AS (
 	SELECT nccl_comm, node, rank, pid, total(gp) AS c, count(*) AS nl,
-	       total(iif(kf = n, gp, 0)) AS cf, sum(kf = n) AS nf
+	       total(iif(kf = n, gp, 0)) AS cf, sum(kf = n) AS nf, max(waits) AS waits
 	FROM ggap WHERE k = n
 	GROUP BY nccl_comm, node, rank, pid
 ),
--- fed: 16 or more such steps on every rank, the job's CPUs running ahead of their GPUs,
--- whose pace is then the GPUs' own (with a sync every K steps the CPU runs ahead and waits
--- in its launches, which are not probed by default): the GPU's compute is read over those
--- steps alone, free of the CPU's latency. Else over every step opened (the CPU may have
--- kept the GPU waiting in them: pace needs the ranks' waits to say the GPUs set the pace)
+-- Where the ranks' waits do not say the GPUs set the pace (the median rank waits on its
+-- GPU under a quarter of the span): fed, 16 or more such collectives (each rank has the
+-- same), the job's CPUs running ahead of their GPUs, whose pace is then the GPUs' own (with
+-- a sync every K steps the CPU runs ahead and waits in its launches, which are not probed
+-- by default); the GPU's compute is read over those alone, free of the CPU's latency. Else
+-- over every collective that opens a step, as where the waits say it (a job that syncs
+-- every step has its CPU ahead at some of them only: a CNN's last bucket, not its first)
 gfw AS (
 	SELECT w.nccl_comm, w.node, w.rank, w.pid, iif(m.fed, w.cf, w.c) AS c,
 	       iif(m.fed, w.nf, w.nl) AS nl, m.fed
-	FROM gfw0 w JOIN (SELECT nccl_comm, min(nf) >= 16 AS fed FROM gfw0 GROUP BY nccl_comm) m
-	     USING (nccl_comm)
+	FROM gfw0 w
+	JOIN (SELECT nccl_comm, NOT max(waits) AND min(nf) >= 16 AS fed FROM gfw0
+	      GROUP BY nccl_comm) m USING (nccl_comm)
 ),
 gfc AS (
 	SELECT nccl_comm, count(*) AS n, median(c) AS m, mad(c) AS d, sum(c) AS s
@@ -620,9 +623,9 @@ v AS (
 	       (g.z_gpu > prm.thr AND g.z_fw > prm.thr AND g.e_uni >= g.eff_n
 		AND (f.m_wait >= 0.25 * f.cspan OR g.fed)) AS f_pace,
 	       -- the GPUs set the job's pace: the communicator's median rank waits on its GPU
-	       -- a quarter of the span or more, or every rank's CPU had queued the compute
-	       -- before 16 steps' first collectives or more by the time its GPU began it (fed,
-	       -- gfw: pace is then read over those steps alone). Where the CPU keeps its GPU
+	       -- a quarter of the span or more, or else every rank's CPU had queued the compute
+	       -- before 16 or more of the collectives that open a step by the time its GPU
+	       -- began it (fed, gfw: pace is then read over those alone). Where the CPU keeps its GPU
 	       -- waiting (a small model; launches from Python) the GPU's idle time before a
 	       -- step holds the CPU's latency too, which differs from rank to rank: clean
 	       -- transformer jobs on 4 GPUs, whose ranks waited 5-22 % of the span and had

@@ -59,10 +59,10 @@
 --                kernels of a step follow another), from when every op of the process is
 --                kept (kt below); ahead, the ns from the plugin's start of the collective
 --                (its enqueue, host clock) to its kernel's start on the GPU, less the least
---                such of the process's kernels kept (the two clocks' offset, and a launch's
---                own latency, where the GPU had nothing queued): how far the CPU ran ahead
---                of its GPU when it enqueued this one. None for a process that drives
---                several GPUs or runs Send/Recv
+--                such of the process's kernels kept in the same 30 s of host time (the two
+--                clocks' offset, and a launch's own latency, where the GPU had nothing
+--                queued): how far the CPU ran ahead of its GPU when it enqueued this one.
+--                None for a process that drives several GPUs or runs Send/Recv
 --   gpu_by_seq   'kern' rows: JSON object, NCCL seq (per communicator and op) -> gpu_dur_ns,
 --                the collective kernel's time on this GPU (earliest channel start to latest
 --                channel stop): the rank that arrives last has the shortest
@@ -131,15 +131,17 @@ kcut AS (
 -- the kernels kept, each with the time its GPU ran none of the process's kept collective
 -- kernels before it (the compute before a step's first collective: the merge's pace), and
 -- how far its CPU had run ahead of its GPU when it enqueued it (the two clocks' offset and
--- a launch's latency taken off as the least of the process's: right where its GPU had
--- nothing queued once in the window, as after any synchronize; else it reads low)
+-- a launch's latency taken off as the least of the process's in the same 30 s of host
+-- time: the GPU's clock and the host's drift apart by a few ppm, tens of ms in a window of
+-- hours. Right where its GPU had nothing queued once in those 30 s, as after any
+-- synchronize; else it reads low)
 kk AS (
 	SELECT k.*,
 	       max(0, k.gpu_start_ns - max(k.gpu_start_ns + k.gpu_dur_ns) OVER (
 		       PARTITION BY k.pid ORDER BY k.gpu_start_ns
 		       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)) AS gpu_gap,
-	       k.gpu_start_ns - k.ts_ns - min(k.gpu_start_ns - k.ts_ns) OVER (PARTITION BY k.pid)
-		       AS ahead
+	       k.gpu_start_ns - k.ts_ns - min(k.gpu_start_ns - k.ts_ns) OVER (
+		       PARTITION BY k.pid, k.ts_ns / 30000000000) AS ahead
 	FROM kw k JOIN kcut u ON u.nccl_comm = k.nccl_comm AND u.op IS k.op
 	WHERE k.seq > coalesce(u.seq, -1)
 ),

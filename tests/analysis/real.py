@@ -216,7 +216,8 @@ CASES = {
     # GPU spins 4.9 % of a step spread over it (loss 4.1 %): named on pace alone at 5.8 %
     # (round 17's SQL: nobody, its kernels 2.7 % under the bar of 3 %). A clean phase of the
     # same regime, and rank 1 sleeping 5 % of a step before its forward: its CPU, ahead of
-    # its GPU, catches up, and the job lost 0.2 %: nobody
+    # its GPU, catches up, and the job lost 0.2 %: nobody (neither reaches pace: no rank's
+    # kernels lean its way; g2-clean3 above is the case where pace's gate must stay shut)
     "cnn18-slow5s20": (2, 4.1),
     "cnn18-clean2s20": (None, 0.0),
     "cnn18-stall5s20": (None, 0.2),
