@@ -349,20 +349,52 @@ int an_count(sqlite3 *db, int netcheck, struct an_findings *fd)
 	return walk(db, netcheck, NULL, fd, NULL);
 }
 
+/* The closest rank's second line where its kernels lean its way on all-gathers or
+ * reduce-scatters (FSDP): its peers wait on it at every layer, under their own compute,
+ * so the kernels' effect (the step's largest wait) can be a fraction of its cost (a GPU
+ * slower all through its step cost a CNN 14.2 %, its kernels said 2.2 %), and the most it
+ * can cost is what their kernels waited in all (57 % there). Empty where not so, and where
+ * that is under twice the effect. */
+static void near_fsdp(sqlite3_stmt *st, char *buf, size_t len)
+{
+	const char *op = (const char *)sqlite3_column_text(st, 6);
+
+	buf[0] = 0;
+	if (sqlite3_column_count(st) < 8 || !op || sqlite3_column_type(st, 7) == SQLITE_NULL ||
+	    (strcmp(op, "AllGather") && strcmp(op, "ReduceScatter")) ||
+	    sqlite3_column_double(st, 7) < 2 * sqlite3_column_double(st, 3))
+		return;
+	snprintf(buf, len, "    (all-gathers and reduce-scatters: its peers' kernels waited on it "
+			   "%.1f%% of the span in all, overlapping their own compute; what it cost "
+			   "the job is not measured)\n", sqlite3_column_double(st, 7));
+}
+
 char *an_near(sqlite3 *db)
 {
-	/* (a user's merge file without these columns: no line) */
-	static const char sql[] =
-		"SELECT coalesce(job_rank, rank), node, near_signal, near_pct, bar_pct, "
-		"CASE near_signal WHEN 'wait' THEN z_wait WHEN 'gpu' THEN z_gpu "
-		"WHEN 'pace' THEN z_pace ELSE z_cpu END "
-		"FROM temp.fq_analysis WHERE verdict = 'ok' AND near_pct IS NOT NULL "
-		"ORDER BY near_pct DESC LIMIT 1";
+	/* (a user's merge file without these columns: no line; without the last two, which
+	 * came later, no FSDP line) */
+#define NEAR_SQL(more)                                                                       \
+	"SELECT coalesce(job_rank, rank), node, near_signal, near_pct, bar_pct, "             \
+	"CASE near_signal WHEN 'wait' THEN z_wait WHEN 'gpu' THEN z_gpu "                      \
+	"WHEN 'pace' THEN z_pace ELSE z_cpu END" more " "                                      \
+	"FROM temp.fq_analysis WHERE verdict = 'ok' AND near_pct IS NOT NULL "                 \
+	"ORDER BY near_pct DESC LIMIT 1"
+	static const char *const sql[] = {
+		NEAR_SQL(", iif(near_signal = 'gpu', gpu_op, NULL), peers_kern_pct"), NEAR_SQL("")
+	};
+#undef NEAR_SQL
 	sqlite3_stmt *st = NULL;
-	char *line = NULL;
+	char *line = NULL, fsdp[256];
 
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
-	    sqlite3_step(st) == SQLITE_ROW) {
+	for (size_t i = 0; i < 2; i++) {
+		sqlite3_finalize(st);
+		st = NULL;
+		if (sqlite3_prepare_v2(db, sql[i], -1, &st, NULL) == SQLITE_OK)
+			break;
+	}
+	if (!st)
+		return NULL;
+	if (sqlite3_step(st) == SQLITE_ROW) {
 		const char *sig = (const char *)sqlite3_column_text(st, 2);
 		const char *what = !sig			  ? "signal stands"
 				   : !strcmp(sig, "wait") ? "synchronize waits stand"
@@ -383,13 +415,14 @@ char *an_near(sqlite3 *db)
 			/* past the bar: the kernels, the pair or the send/recv rules held it back */
 			snprintf(tail, sizeof(tail), "past the bar of %.1f%% but held back by the "
 						     "other rules (--all shows every rank)", bar);
+		near_fsdp(st, fsdp, sizeof(fsdp));
 		if (asprintf(&line, "  closest: rank %s on %s: its %s out (z %.2f), %.1f%% "
-				    "of the span,%s %s\n",
+				    "of the span,%s %s\n%s",
 			     sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0)
 							: "?",
 			     sqlite3_column_text(st, 1) ? (const char *)sqlite3_column_text(st, 1)
 							: "?",
-			     what, sqlite3_column_double(st, 5), eff, model, tail) < 0)
+			     what, sqlite3_column_double(st, 5), eff, model, tail, fsdp) < 0)
 			line = NULL;
 	}
 	sqlite3_finalize(st);

@@ -59,7 +59,10 @@
 --   z_pace, pace_ms and peer_pace_ms (its GPU's compute before a collective that opens a
 --   step: oriented z, per such collective, its peers'; NULL where not measured: see ggap),
 --   effect_model ('uniform' where effect_pct is pace's estimate alone, which assumes its GPU
---   is slower all through its step; else NULL: the peers' measured loss).
+--   is slower all through its step; else NULL: the peers' measured loss), peers_kern_pct
+--   (its peers' collective kernels over every op of the communicator less its own, % of the
+--   span: the most a rank whose kernels lean its way can cost; NULL for a pair or without
+--   the GPU side).
 WITH
 -- each process's rank in the job, where its node knows it
 jr AS (
@@ -644,7 +647,7 @@ v AS (
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
 	       coalesce(f.eff_n, g.eff_n) AS bar, coalesce(f.escale, g.gscale, 1) AS bscale,
-	       g.peer_med, g.tot, g.gspan, g.z_fw, g.e_uni, g.pace, g.peer_pace, h.hung,
+	       g.peer_med, g.tot, g.gspan, g.z_fw, g.e_uni, g.pace, g.peer_pace, g.e_all, h.hung,
 	       h.last_seq, h.age_ns, f.n AS fn, g.gn,
 	       -- two ranks: no population says what is usual, so a pair's consistent asymmetry
 	       -- (a pipeline stage's ranks wait on different neighbours) reads as a straggler on
@@ -752,7 +755,12 @@ SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        iif(verdict = 'ok' AND near >= 0, round(100 * near, 1), NULL) AS near_pct,
        round(z_fw, 2) AS z_pace, round(pace / 1e6, 3) AS pace_ms,
        round(peer_pace / 1e6, 3) AS peer_pace_ms,
-       iif(verdict = 'straggler' AND pace_alone, 'uniform', NULL) AS effect_model
+       iif(verdict = 'straggler' AND pace_alone, 'uniform', NULL) AS effect_model,
+       -- its peers' kernels over every op against its own, a share of the span: where a rank
+       -- holds its peers at every layer (FSDP's all-gathers and reduce-scatters) their wait
+       -- mostly overlaps their compute, and the kernels' effect (the step's largest wait)
+       -- can be a fraction of what it costs; this is the most it can cost
+       round(100 * e_all, 1) AS peers_kern_pct
 FROM (SELECT w.*, max(nw, ng, nc, np) AS near
       FROM (SELECT w.*, iif(z_wait > prm.thr AND NOT (gn = 2 AND z_gpu IS NOT NULL),
 			    coalesce(e_wait, 0), -1) AS nw,

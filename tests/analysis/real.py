@@ -221,6 +221,14 @@ CASES = {
     "cnn18-slow5s20": (2, 4.1),
     "cnn18-clean2s20": (None, 0.0),
     "cnn18-stall5s20": (None, 0.2),
+    # round 18, held out, a known miss: the CNN under FSDP (4 x H100), rank 3's GPU slower all
+    # through its step by 16.9 % of it, the job 14.2 % slower. Its reduce-scatter kernels
+    # are the shortest by far (z 39) and its peers' kernels over every op waited 57 % of
+    # the span more than its own, but they wait at every layer, overlapping their compute,
+    # and the step's largest wait says 2.2 %: nobody is named. Kept so that the clean
+    # verdict's closest line names it (NEAR), with its peers' wait in all beside
+    # (stragglers_realwin), and so that a rule that sizes FSDP's cost shows here
+    "cnnf18-slow20": (None, 14.2),
 }
 # the same windows judged over fleetq's default newest 1000 seqs of each op (the DDP job's
 # broadcast, one a step, reaches further back than its buckets)
@@ -237,11 +245,12 @@ CASES["cnn17-slow5+ms500"] = CASES["cnn17-slow5"]
 # nobody is named, and the clean verdict's closest rank is rank 1 on pace (3.5 %, where its
 # kernels say 1.6 %)
 CASES["cnn17-slow5+near"] = (None, 0.0)
-NEAR = {"cnn17-slow5+near": (1, "pace")}
+NEAR = {"cnn17-slow5+near": (1, "pace"), "cnnf18-slow20": (3, "gpu")}
 MAX_SEQS = {"d17-slow10+ms1000": 1000, "x19-slow5+ms1000": 1000, "cnn17-slow5+ms500": 500,
             "cnn17-slow5+near": 500}
 MERGE_PARAMS = {"cnn17-slow5+ms500": ["effect_steps=0"],
-                "cnn17-slow5+near": ["all_ranks=1", "min_effect=0.05"]}
+                "cnn17-slow5+near": ["all_ranks=1", "min_effect=0.05"],
+                "cnnf18-slow20": ["all_ranks=1"]}
 # cases whose verdict must carry this signal among those that name the rank
 SIGNALS = {"d17-slow10": "pace", "x19-slow5": "pace", "d17-slow10+ms1000": "pace",
            "x19-slow5+ms1000": "pace", "cnn17-slow5": "pace", "cnn17-slow5+ms500": "pace",
