@@ -28,11 +28,16 @@ for case, tag in (("cnn17-slow5", "r"), ("cnn18-slow5s20", "s"), ("cnnf18-slow20
     for k, node in enumerate(j["nodes"]):
         window.write("%s/%s%d.db" % (t, tag, k), schema, node["tables"])
 PY
-HOSTS=
-for k in 0 1 2 3; do
-	start_agent "gpu0$k" "$T/r$k.db" ca
-	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
-done
+# serve TAG N: one agent per rank over the window's trace files $T/TAGk.db (nodes gpuNk)
+serve() {
+	HOSTS=
+	for k in 0 1 2 3; do
+		start_agent "gpu$2$k" "$T/$1$k.db" ca
+		HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
+	done
+}
+
+serve r 0
 
 fq -w "$HOSTS" stragglers --since all --max-seqs 0
 expect_rc 1 "the whole phase"
@@ -48,11 +53,7 @@ grep -q "^no straggler: 4 ranks" "$T/out" || fail "500 seqs: $(cat "$T/out")"
 grep -q "^  closest: rank 1 on 127.0.0.1:[0-9]*: its GPU's compute before each step stands out (z [0-9.]*), [0-9.]*% of the span, if its GPU is slower all through its step, under the bar of [0-9.]*%$" \
 	"$T/out" || fail "closest line: $(cat "$T/out")"
 
-HOSTS=
-for k in 0 1 2 3; do
-	start_agent "gpu1$k" "$T/s$k.db" ca
-	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
-done
+serve s 1
 fq -w "$HOSTS" stragglers --since all --max-seqs 0
 expect_rc 1 "a sync every 20 steps"
 grep -q "^straggler: rank 2 on 127.0.0.1:[0-9]* (costs its job about [0-9.]*% of the span, if its GPU is slower all through its step)$" \
@@ -60,11 +61,7 @@ grep -q "^straggler: rank 2 on 127.0.0.1:[0-9]* (costs its job about [0-9.]*% of
 grep -q "^  signals that name it: pace (method mad)$" "$T/out" ||
 	fail "sync every 20, signals: $(cat "$T/out")"
 
-HOSTS=
-for k in 0 1 2 3; do
-	start_agent "gpu2$k" "$T/f$k.db" ca
-	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
-done
+serve f 2
 fq -w "$HOSTS" stragglers --since all --max-seqs 0
 expect_rc 0 "FSDP"
 grep -q "^  closest: rank 3 on 127.0.0.1:[0-9]*: its collective kernels stand out (z [0-9.]*), [0-9.]*% of the span, under the bar of [0-9.]*%$" \
