@@ -379,20 +379,15 @@ char *an_near(sqlite3 *db)
 	"WHEN 'pace' THEN z_pace ELSE z_cpu END" more " "                                      \
 	"FROM temp.fq_analysis WHERE verdict = 'ok' AND near_pct IS NOT NULL "                 \
 	"ORDER BY near_pct DESC LIMIT 1"
-	static const char *const sql[] = {
-		NEAR_SQL(", iif(near_signal = 'gpu', gpu_op, NULL), peers_kern_pct"), NEAR_SQL("")
-	};
+	static const char sql[] = NEAR_SQL(", iif(near_signal = 'gpu', gpu_op, NULL), "
+					   "peers_kern_pct"),
+			  older[] = NEAR_SQL("");
 #undef NEAR_SQL
 	sqlite3_stmt *st = NULL;
 	char *line = NULL, fsdp[256];
 
-	for (size_t i = 0; i < 2; i++) {
-		sqlite3_finalize(st);
-		st = NULL;
-		if (sqlite3_prepare_v2(db, sql[i], -1, &st, NULL) == SQLITE_OK)
-			break;
-	}
-	if (!st)
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK &&
+	    sqlite3_prepare_v2(db, older, -1, &st, NULL) != SQLITE_OK)
 		return NULL;
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		const char *sig = (const char *)sqlite3_column_text(st, 2);

@@ -394,17 +394,17 @@ gqs AS (
 -- ran in it was queued already: its GPU's own time, none of it waiting on its CPU; kf: how
 -- many ranks were fed there. A node's rows are untrusted: numbers only, under a day
 ggap AS (
-	SELECT y.*, sum(y.fed) OVER (PARTITION BY y.nccl_comm, y.op, y.seq) AS kf
+	SELECT y.*, count(*) OVER s AS k, sum(y.fed) OVER s AS kf
 	FROM (SELECT x.node, x.nccl_comm, x.op, x.rank, x.pid, g.n, g.waits, j.key + 0 AS seq,
 		     j.value ->> 0 AS gp,
 		     coalesce(json_type(j.value, '$[1]') IN ('integer', 'real')
-			      AND j.value ->> 1 BETWEEN j.value ->> 0 AND 86400e9, 0) AS fed,
-		     count(*) OVER (PARTITION BY x.nccl_comm, x.op, j.key + 0) AS k
+			      AND j.value ->> 1 BETWEEN j.value ->> 0 AND 86400e9, 0) AS fed
 	      FROM gqs g JOIN results x ON x.kind = 'kern' AND x.nccl_comm = g.nccl_comm
 					AND x.op IS g.op
 	      CROSS JOIN json_each(x.by_seq) j
 	      WHERE j.type = 'array' AND json_type(j.value, '$[0]') IN ('integer', 'real')
 		AND j.value ->> 0 > g.q AND j.value ->> 0 < 86400e9) y
+	WINDOW s AS (PARTITION BY y.nccl_comm, y.op, y.seq)
 ),
 -- over the collectives that open a step: every rank's GPU idle before them for a quarter
 -- step (a seq every rank idled before is one every rank reached); of them, those where
@@ -422,12 +422,13 @@ gfw0 AS (
 -- by default); the GPU's compute is read over those alone, free of the CPU's latency. Else
 -- over every collective that opens a step, as where the waits say it (a job that syncs
 -- every step has its CPU ahead at some of them only: a CNN's last bucket, not its first)
+-- paced: the GPUs set the job's pace, by the waits or (fed) by the plugin's rows
 gfw AS (
 	SELECT w.nccl_comm, w.node, w.rank, w.pid, iif(m.fed, w.cf, w.c) AS c,
-	       iif(m.fed, w.nf, w.nl) AS nl, m.fed
+	       iif(m.fed, w.nf, w.nl) AS nl, m.waits OR m.fed AS paced
 	FROM gfw0 w
-	JOIN (SELECT nccl_comm, NOT max(waits) AND min(nf) >= 16 AS fed FROM gfw0
-	      GROUP BY nccl_comm) m USING (nccl_comm)
+	JOIN (SELECT nccl_comm, max(waits) AS waits, NOT max(waits) AND min(nf) >= 16 AS fed
+	      FROM gfw0 GROUP BY nccl_comm) m USING (nccl_comm)
 ),
 gfc AS (
 	SELECT nccl_comm, count(*) AS n, median(c) AS m, mad(c) AS d, sum(c) AS s
@@ -436,7 +437,7 @@ gfc AS (
 -- (peer: the other rank of a pair, else the median)
 guni AS (
 	SELECT w.nccl_comm, w.node, w.rank, w.pid, w.nl, w.c * 1.0 / w.nl AS pace,
-	       w.peer * 1.0 / w.nl AS peer_pace, w.fed,
+	       w.peer * 1.0 / w.nl AS peer_pace, w.paced,
 	       robust_z(w.c, w.peer, max(iif(w.n = 2, 0, w.d), prm.fl * w.m, prm.fl_ns)) AS z_fw,
 	       (w.c - w.peer) * 1.0 / nullif(w.c, 0)
 		       * max(0, 1 - a.tot * 1.0 / nullif(a.gspan, 0)) AS e_uni
@@ -449,7 +450,7 @@ guni AS (
 -- per rank, the op that stands out most
 gb AS (
 	SELECT x.*, ga.lost / nullif(ga.gspan, 0) AS e_all, u.z_fw, u.e_uni, u.pace, u.peer_pace,
-	       u.fed
+	       u.paced
 	FROM (SELECT gz.*, row_number() OVER (PARTITION BY comm_hash, node, rank, pid
 					      ORDER BY z_gpu DESC) AS o FROM gz) x
 	LEFT JOIN galle ga ON ga.nccl_comm = x.nccl_comm AND ga.node IS x.node
@@ -622,19 +623,17 @@ v AS (
 				 ELSE 0 END AS f_wait,
 	       f.f_cpu,
 	       -- its GPU's pace (ggap above): its kernels say it arrives last, its forward
-	       -- compute took longer than its peers', and the GPUs set the job's pace (paced)
-	       (g.z_gpu > prm.thr AND g.z_fw > prm.thr AND g.e_uni >= g.eff_n
-		AND (f.m_wait >= 0.25 * f.cspan OR g.fed)) AS f_pace,
-	       -- the GPUs set the job's pace: the communicator's median rank waits on its GPU
-	       -- a quarter of the span or more, or else every rank's CPU had queued the compute
-	       -- before 16 or more of the collectives that open a step by the time its GPU
-	       -- began it (fed, gfw: pace is then read over those alone). Where the CPU keeps its GPU
-	       -- waiting (a small model; launches from Python) the GPU's idle time before a
-	       -- step holds the CPU's latency too, which differs from rank to rank: clean
-	       -- transformer jobs on 4 GPUs, whose ranks waited 5-22 % of the span and had
-	       -- queued none of those steps' compute, had a rank's forward up to 16 % longer
-	       -- than its peers'
-	       (f.m_wait >= 0.25 * f.cspan OR g.fed) AS paced,
+	       -- compute took longer than its peers', and the GPUs set the job's pace (paced,
+	       -- gfw): the communicator's median rank waits on its GPU a quarter of the span or
+	       -- more, or else every rank's CPU had queued the compute before 16 or more of the
+	       -- collectives that open a step by the time its GPU began it (fed: pace is then
+	       -- read over those alone). Where the CPU keeps its GPU waiting (a small model;
+	       -- launches from Python) the GPU's idle time before a step holds the CPU's
+	       -- latency too, which differs from rank to rank: clean transformer jobs on 4
+	       -- GPUs, whose ranks waited 5-22 % of the span and had queued none of those
+	       -- steps' compute, had a rank's forward up to 16 % longer than its peers'
+	       (g.z_gpu > prm.thr AND g.z_fw > prm.thr AND g.e_uni >= g.eff_n AND g.paced)
+		       AS f_pace,
 	       -- its CPU work stands out and its peers did not wait less than it: where
 	       -- contention blurs every wait, the work itself is the evidence (not for a pair:
 	       -- one rank of two does some more CPU work in many clean jobs, rank 0 above all).
@@ -647,7 +646,8 @@ v AS (
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
 	       coalesce(f.eff_n, g.eff_n) AS bar, coalesce(f.escale, g.gscale, 1) AS bscale,
-	       g.peer_med, g.tot, g.gspan, g.z_fw, g.e_uni, g.pace, g.peer_pace, g.e_all, h.hung,
+	       g.peer_med, g.tot, g.gspan, g.z_fw, g.e_uni, g.pace, g.peer_pace, g.paced, g.e_all,
+	       h.hung,
 	       h.last_seq, h.age_ns, f.n AS fn, g.gn,
 	       -- two ranks: no population says what is usual, so a pair's consistent asymmetry
 	       -- (a pipeline stage's ranks wait on different neighbours) reads as a straggler on
