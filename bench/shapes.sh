@@ -7,8 +7,9 @@
 # hog per core outside the job's cgroups); then pipelines (--shape pipeline: 2 stages of 4
 # data-parallel ranks, and 4 stages of 2; Send/Recv on a 2-rank communicator per link, an
 # all-reduce per stage), faults on first, middle and last stages. One line per job: case,
-# planted rank, fleetq's exit, the first named rank and its effect, the job's wall time (its
-# loss: against the clean job of its shape, and as noisy as this machine). Not a test: it
+# planted rank, fleetq's exit, the first named rank and its effect, the job's time from its
+# first collective to its last (its loss: against the clean job of its shape, and as noisy as
+# this machine: 8 ranks on 2 cores vary by 10 % and more from job to job). Not a test: it
 # records hits, misses and false positives for BENCHMARKS.md.
 # usage: bench/shapes.sh [ddp] [load] [pipe]   (default: all three; as root; env as ctest gives
 #   stragglers_live-ddp: FLEETQ, AGENTD, TRACEGEN, MKCERTS, STANDIN, PLUGIN, FLEETQ_SQL_DIR;
@@ -24,19 +25,24 @@ sections=${*:-ddp load pipe}
 want() { case " $sections " in *" $1 "*) return 0 ;; esac; return 1; }
 
 job() { # NAME PLANTED fq-workload-args... (a --shape among them replaces ddp)
-	local case=$1 name=$1-$$ planted=$2 line t0=$(date +%s%N)
+	local case=$1 name=$1-$$ planted=$2 line rc
 	shift 2
 	NCCL_PROFILER_PLUGIN=$PLUGIN "$STANDIN/fq-workload" --ranks 8 --steps 120 --shape ddp \
 		--buckets 4 --step-us 1000 --kernel-us 4000 --job-id "$name" --cgroup-parent "$CG" \
 		--cgroups 4 "$@" >"$T/$name.log" 2>&1 || { echo "$name: fq-workload failed"; return; }
-	t0=$(( ($(date +%s%N) - t0) / 1000000 )) # the job's wall time, ms
 	sleep 2 # the agents store the job's last collectives
 	fq -w "$HOSTS" stragglers --since 5m --job "$name"
 	line=$(sed -n 's/^straggler: rank \([0-9]*\) .*(costs its \(peers\|job about\) \([0-9.]*%\) of the span.*)$/\1 (\3)/p' \
 		"$T/out" | head -n 1)
 	# (no verdict: what fleetq said instead)
 	[ "$RC" -le 1 ] || line="no verdict: $(head -n 1 "$T/out")"
-	printf '%s\t%s\t%s\t%s\t%s\n' "$case" "$planted" "$RC" "${line:--}" "$t0"
+	rc=$RC
+	# the job's own time: its first collective to its last, over every rank (start-up and
+	# exit left out)
+	fq -w "$HOSTS" --format csv --merge "SELECT (max(hi) - min(lo)) / 1000000 FROM results" \
+		"SELECT min(ts_ns) AS lo, max(ts_ns) AS hi FROM collectives
+		 WHERE pid IN (SELECT pid FROM processes WHERE job_id = '$name')"
+	printf '%s\t%s\t%s\t%s\t%s\n' "$case" "$planted" "$rc" "${line:--}" "$(tail -n 1 "$T/out")"
 }
 printf 'case\tplanted\texit\tnamed (effect)\tjob_ms\n'
 want ddp && for b in "" --blocking; do
