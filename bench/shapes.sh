@@ -25,7 +25,7 @@ sections=${*:-ddp load pipe}
 want() { case " $sections " in *" $1 "*) return 0 ;; esac; return 1; }
 
 job() { # NAME PLANTED fq-workload-args... (a --shape among them replaces ddp)
-	local case=$1 name=$1-$$ planted=$2 line rc
+	local case=$1 name=$1-$$ planted=$2 line rc ms
 	shift 2
 	NCCL_PROFILER_PLUGIN=$PLUGIN "$STANDIN/fq-workload" --ranks 8 --steps 120 --shape ddp \
 		--buckets 4 --step-us 1000 --kernel-us 4000 --job-id "$name" --cgroup-parent "$CG" \
@@ -42,7 +42,9 @@ job() { # NAME PLANTED fq-workload-args... (a --shape among them replaces ddp)
 	fq -w "$HOSTS" --format csv --merge "SELECT (max(hi) - min(lo)) / 1000000 FROM results" \
 		"SELECT min(ts_ns) AS lo, max(ts_ns) AS hi FROM collectives
 		 WHERE pid IN (SELECT pid FROM processes WHERE job_id = '$name')"
-	printf '%s\t%s\t%s\t%s\t%s\n' "$case" "$planted" "$rc" "${line:--}" "$(tail -n 1 "$T/out")"
+	ms=-
+	[ "$RC" != 0 ] || ms=$(tail -n 1 "$T/out")
+	printf '%s\t%s\t%s\t%s\t%s\n' "$case" "$planted" "$rc" "${line:--}" "$ms"
 }
 printf 'case\tplanted\texit\tnamed (effect)\tjob_ms\n'
 want ddp && for b in "" --blocking; do
