@@ -72,6 +72,12 @@ ap.add_argument("--target", type=int, default=-1)
 ap.add_argument("--cgroup-parent", default="",
                 help="move each rank into PARENT/nodeLOCAL_RANK (cgroup v2) before NCCL starts")
 ap.add_argument("--out", default="")
+ap.add_argument("--kernels-dir", default="",
+                help="profile each phase's last --kernels-steps steps (torch.profiler, CUDA "
+                "kernels) and write every kernel's start, length, stream and whether it is "
+                "NCCL's to DIR/PHASE.rankR.json.gz: what the compute stream did, which no "
+                "collective shows (an experiment beside fleetq, not part of it)")
+ap.add_argument("--kernels-steps", type=int, default=20)
 a = ap.parse_args()
 
 if a.cgroup_parent:
@@ -323,17 +329,42 @@ def step(i, fault, sync_every):
 sync_s = [0.0]
 
 
-def timed(n, fault=("clean", 0), sync_every=1, onset=0, onset_file=""):
+def kernels_out(prof, path):
+    """every CUDA kernel of a profile: [start µs from the first, length µs, stream, NCCL's]"""
+    import gzip, tempfile
+    with tempfile.NamedTemporaryFile(suffix=".json") as tf:
+        prof.export_chrome_trace(tf.name)
+        ev = json.load(open(tf.name))["traceEvents"]
+    ks = [e for e in ev if e.get("cat") == "kernel" and "dur" in e]
+    t0 = min((e["ts"] for e in ks), default=0)
+    rows = [[round(e["ts"] - t0, 3), round(e["dur"], 3), e.get("args", {}).get("stream", -1),
+             1 if "nccl" in e["name"].lower() else 0] for e in ks]
+    with gzip.open(path, "wt") as f:
+        json.dump({"t0_us": t0, "kernels": sorted(rows)}, f)
+
+
+def timed(n, fault=("clean", 0), sync_every=1, onset=0, onset_file="", kern_path=""):
     torch.cuda.synchronize()
     dist.barrier()
+    prof = None
     t0 = time.perf_counter()
     for i in range(n):
         if onset and i == onset and onset_file and fault[1]:
             with open(onset_file, "w") as f:
                 f.write("%.6f\n" % time.time())
+        if kern_path and i == max(0, n - a.kernels_steps):
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+            prof.start()
         step(i, fault if i >= onset else ("clean", 0), sync_every)
     torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    secs = time.perf_counter() - t0
+    if prof is not None:
+        try:
+            prof.stop()
+            kernels_out(prof, kern_path)
+        except Exception as e:  # (the experiment must not end the job)
+            print("fq-train: rank %d: --kernels-dir: %r" % (rank, e), flush=True)
+    return secs
 
 
 # warm-up, then the clean step and the cost of one extra matrix product, on every rank
@@ -396,8 +427,12 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
     t0 = time.time()
     onset = int(p["onset"] * a.steps)
     sync_s[0] = 0.0
+    if a.kernels_dir:
+        os.makedirs(a.kernels_dir, exist_ok=True)
     secs = timed(a.steps, fault, p["sync"], onset,
-                 os.path.join(a.onset_dir, p["name"]) if a.onset_dir else "")
+                 os.path.join(a.onset_dir, p["name"]) if a.onset_dir else "",
+                 os.path.join(a.kernels_dir, "%s.rank%d.json.gz" % (p["name"], rank))
+                 if a.kernels_dir else "")
     waits = torch.zeros(world, device="cuda", dtype=torch.float64)
     waits[rank] = sync_s[0]
     dist.all_reduce(waits)
