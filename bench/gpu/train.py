@@ -353,18 +353,36 @@ def timed(n, fault=("clean", 0), sync_every=1, onset=0, onset_file="", kern_path
             with open(onset_file, "w") as f:
                 f.write("%.6f\n" % time.time())
         if kern_path and i == max(0, n - a.kernels_steps):
-            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
-            prof.start()
+            try:
+                prof = torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CUDA])
+                prof.start()
+            except Exception as e:  # (the experiment must not end the job)
+                print("fq-train: rank %d: --kernels-dir: %r" % (rank, e), flush=True)
+                prof = None
         step(i, fault if i >= onset else ("clean", 0), sync_every)
     torch.cuda.synchronize()
     secs = time.perf_counter() - t0
     if prof is not None:
         try:
             prof.stop()
-            kernels_out(prof, kern_path)
-        except Exception as e:  # (the experiment must not end the job)
+            # written after the phase's fleetq command: its window ends with the phase
+            profiled.append((prof, kern_path))
+        except Exception as e:
             print("fq-train: rank %d: --kernels-dir: %r" % (rank, e), flush=True)
     return secs
+
+
+profiled = []
+
+
+def write_profiled():
+    while profiled:
+        prof, path = profiled.pop()
+        try:
+            kernels_out(prof, path)
+        except Exception as e:
+            print("fq-train: rank %d: --kernels-dir: %r" % (rank, e), flush=True)
 
 
 # warm-up, then the clean step and the cost of one extra matrix product, on every rank
@@ -457,6 +475,8 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
         if a.out:
             with open(a.out, "a") as f:
                 f.write(json.dumps(rec) + "\n")
+    dist.barrier()
+    write_profiled()
     dist.barrier()
 
 dist.destroy_process_group()
