@@ -175,7 +175,8 @@ int discover_is_traced_lib(const char *path)
 	b = b ? b + 1 : path;
 	return !strncmp(b, "libnccl.so", 10) || !strncmp(b, "libcudart.so", 12) ||
 	       !strncmp(b, "libcuda.so", 10) || !strncmp(b, "libtorch_cuda.so", 16) ||
-	       !strncmp(b, "libfleetq-nccl-profiler.so", 26);
+	       !strncmp(b, "libfleetq-nccl-profiler.so", 26) ||
+	       !strncmp(b, "libfleetq-cupti.so", 18);
 }
 
 static int read_small(const char *path, char *buf, size_t n)

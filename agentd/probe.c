@@ -47,6 +47,8 @@ const struct probe_fn probe_fns[] = {
 	NCCL("ncclGroupEnd", "ncclGroupEnd", FQ_K_GROUP_END, 0, 0, 0, 0, 0, 0),
 	/* fleetq's NCCL profiler plugin (agentd/ncclprof/): its record hand-over */
 	NCCL("fq_nccl_kernel_done", "fq_nccl_kernel_done", FQ_K_PROF, 0, 0, 0, 0, 0, 0),
+	/* fleetq's CUDA injection library (agentd/cupti/): its GPU-busy slices */
+	NCCL("fq_gpu_busy_done", "fq_gpu_busy_done", FQ_K_BUSY, 0, 0, 0, 0, 0, 0),
 
 	CUDA("cudaStreamSynchronize", PROBE_SYNC, FQ_K_SYNC, 0, 1),
 	CUDA("cudaStreamSynchronize_ptsz", PROBE_SYNC, FQ_K_SYNC, 0, 1),

@@ -31,7 +31,8 @@ enum rec_kind {
 	REC_KERNEL,
 	REC_GPU,         /* one GPU's NVML sample (agentd/nvml.c) */
 	REC_PROCESS_GPU, /* a process uses a GPU; first sighting per (pid, start_ns, GPU, source) */
-	REC_KIND_MAX = REC_PROCESS_GPU,
+	REC_BUSY,        /* a slice of one GPU's time (fleetq's CUDA injection library) */
+	REC_KIND_MAX = REC_BUSY,
 };
 
 struct rec_process {
@@ -111,6 +112,11 @@ struct rec_kernel {
 	int64_t peer; /* Send/Recv: the other side's rank; else REC_NULL */
 };
 
+struct rec_busy {
+	int64_t ts_ns, dur_ns, pid, device, busy_ns, nccl_ns, kernels, nccl_kernels, dropped;
+	int64_t late_ns;
+};
+
 /*
  * NVML's values are 32-bit or fit in 32 bits (MHz, degrees C, mW, %, PCIe gen/width and
  * replay counter, remapped rows): int32 keeps the record inside a 256-byte ring slot.
@@ -153,6 +159,7 @@ struct rec {
 		struct rec_kernel kernel;
 		struct rec_gpu gpu;
 		struct rec_process_gpu process_gpu;
+		struct rec_busy busy;
 	} u;
 };
 

@@ -192,6 +192,21 @@ static const struct rec_col kernel_cols[] = {
 };
 #undef R
 
+#define R rec_busy
+static const struct rec_col busy_cols[] = {
+	COL(I64, ts_ns),
+	COL(I64, dur_ns),
+	COL(I64, pid),
+	COL(I64, device),
+	COL(I64, busy_ns),
+	COL(I64, nccl_ns),
+	COL(I64, kernels),
+	COL(I64, nccl_kernels),
+	COL(I64, dropped),
+	COL(I64, late_ns),
+};
+#undef R
+
 #define R rec_gpu
 static const struct rec_col gpu_cols[] = {
 	COL(I64, ts_ns),
@@ -264,6 +279,7 @@ const struct rec_table rec_tables[REC_KIND_MAX + 1] = {
 	/* first sighting wins: the row says since when the process has used the GPU */
 	[REC_PROCESS_GPU] = { TABLE("process_gpus", rec_process_gpu, process_gpu_cols),
 			      .conflict = CONFLICT_IGNORE },
+	[REC_BUSY] = { TABLE("gpu_busy", rec_busy, busy_cols), .ts_key = true },
 };
 
 /* "a, b, c" from the columns [from, to) of t, or "a = coalesce(excluded.a, a), ..." */

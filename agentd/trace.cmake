@@ -24,7 +24,8 @@ if(FLEETQ_BPF)
   target_include_directories(agentd_trace PUBLIC ${CMAKE_CURRENT_LIST_DIR})
   # where make install puts fleetq's NCCL profiler plugin: agentd attaches it at start
   target_compile_definitions(agentd_trace PRIVATE
-    FLEETQ_NCCL_PLUGIN_PATH="${CMAKE_INSTALL_FULL_LIBDIR}/libfleetq-nccl-profiler.so")
+    FLEETQ_NCCL_PLUGIN_PATH="${CMAKE_INSTALL_FULL_LIBDIR}/libfleetq-nccl-profiler.so"
+    FLEETQ_CUPTI_PATH="${CMAKE_INSTALL_FULL_LIBDIR}/libfleetq-cupti.so")
   add_dependencies(agentd_trace fleetq_bpf_skels)
   target_link_libraries(agentd_trace PUBLIC agentd_store fleetq_bpf PkgConfig::LIBBPF
                         PkgConfig::LIBELF PkgConfig::ZLIB Threads::Threads)

@@ -112,6 +112,10 @@ int attach_file(struct tracer *t, const char *path)
 			in = t->skel->progs.prof_kernel;
 			out = NULL;
 			break;
+		case FQ_K_BUSY:
+			in = t->skel->progs.prof_busy;
+			out = NULL;
+			break;
 		default:
 			in = t->skel->progs.cuda_entry;
 			out = t->skel->progs.cuda_return;
@@ -181,14 +185,24 @@ int attach_listed_libs(struct tracer *t)
 #ifndef FLEETQ_NCCL_PLUGIN_PATH
 #define FLEETQ_NCCL_PLUGIN_PATH "/usr/local/lib/libfleetq-nccl-profiler.so"
 #endif
-void attach_installed_plugin(struct tracer *t)
+#ifndef FLEETQ_CUPTI_PATH
+#define FLEETQ_CUPTI_PATH "/usr/local/lib/libfleetq-cupti.so"
+#endif
+static void attach_installed(struct tracer *t, const char *path)
 {
 	char real[PATH_MAX];
 	struct stat st;
 
-	if (!(t->sets & PROBE_NCCL) || !realpath(FLEETQ_NCCL_PLUGIN_PATH, real) ||
-	    stat(real, &st) || discover_has_file(t->disc, st.st_dev, st.st_ino))
+	if (!(t->sets & PROBE_NCCL) || !realpath(path, real) || stat(real, &st) ||
+	    discover_has_file(t->disc, st.st_dev, st.st_ino))
 		return;
 	if (attach_file(t, real) > 0)
 		discover_add_file(t->disc, st.st_dev, st.st_ino);
+}
+
+/* and fleetq's CUDA injection library, for the same reason */
+void attach_installed_plugin(struct tracer *t)
+{
+	attach_installed(t, FLEETQ_NCCL_PLUGIN_PATH);
+	attach_installed(t, FLEETQ_CUPTI_PATH);
 }

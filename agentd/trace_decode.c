@@ -232,6 +232,32 @@ static void on_kernel(struct tracer *t, const struct fq_ev_kernel *e)
 	store_put(t->store, &r);
 }
 
+static void on_busy(struct tracer *t, const struct fq_ev_busy *e)
+{
+	const struct fq_busy_rec *p = &e->r;
+	struct rec r = { .kind = REC_BUSY };
+
+	/* a slice is at most a few seconds; anything else is not a record of ours */
+	if (p->magic != FQ_BUSY_MAGIC || p->size < sizeof(*p) || !p->dur_ns ||
+	    p->dur_ns > 10000000000ull || p->busy_ns > p->dur_ns || p->nccl_ns > p->dur_ns ||
+	    p->t0_ns > INT64_MAX / 2)
+		return;
+	r.u.busy = (struct rec_busy){
+		/* the library's clock is CLOCK_MONOTONIC */
+		.ts_ns = (int64_t)p->t0_ns + t->mono_off,
+		.dur_ns = (int64_t)p->dur_ns,
+		.pid = e->h.pid,
+		.device = p->device >= 0 ? p->device : REC_NULL,
+		.busy_ns = (int64_t)p->busy_ns,
+		.nccl_ns = (int64_t)p->nccl_ns,
+		.kernels = p->kernels,
+		.nccl_kernels = p->nccl_kernels,
+		.dropped = p->dropped <= INT64_MAX ? (int64_t)p->dropped : REC_NULL,
+		.late_ns = p->late_ns <= p->dur_ns * 100 ? (int64_t)p->late_ns : REC_NULL,
+	};
+	store_put(t->store, &r);
+}
+
 static const char *cuda_kind(uint32_t k)
 {
 	switch (k) {
@@ -424,6 +450,10 @@ int on_event(void *ctx, void *data, size_t len)
 	case FQ_EV_KERNEL:
 		if (len >= sizeof(struct fq_ev_kernel))
 			on_kernel(t, data);
+		break;
+	case FQ_EV_BUSY:
+		if (len >= sizeof(struct fq_ev_busy))
+			on_busy(t, data);
 		break;
 	case FQ_EV_EXEC:
 	case FQ_EV_CGMOVE:

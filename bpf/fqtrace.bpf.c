@@ -747,6 +747,27 @@ int BPF_KPROBE(prof_kernel, const void *rec)
 	return 0;
 }
 
+/* fleetq's CUDA injection library hands over one GPU-busy slice (fq_gpu_busy_done) */
+SEC("uprobe")
+int BPF_KPROBE(prof_busy, const void *rec)
+{
+	uint64_t id = bpf_get_current_pid_tgid();
+	struct fq_ev_busy *e;
+
+	if (!want_current(id >> 32))
+		return 0;
+	e = reserve(sizeof(*e));
+	if (!e)
+		return 0;
+	fill_hdr(&e->h, FQ_EV_BUSY, id, 0, now_ns());
+	if (bpf_probe_read_user(&e->r, sizeof(e->r), rec) || e->r.magic != FQ_BUSY_MAGIC) {
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	submit(e, RB_SPACE(sizeof(*e)));
+	return 0;
+}
+
 /*
  * The traced process that sent on a TCP socket, or connected it, kept with the socket (freed
  * with it): a retransmit mostly fires from a timer or from the ACK path in softirq, where

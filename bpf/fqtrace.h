@@ -33,6 +33,7 @@ enum fq_ev_type {
 	FQ_EV_CGMOVE, /* a process moved to another cgroup (fq_ev_proc) */
 	FQ_EV_GROUP,  /* an NCCL group ended (fq_ev_group) */
 	FQ_EV_KERNEL, /* fleetq's NCCL profiler plugin: a collective's kernel ended (fq_ev_kernel) */
+	FQ_EV_BUSY,   /* fleetq's CUDA injection library: a slice of one GPU's time (fq_ev_busy) */
 };
 
 enum fq_kind {
@@ -52,6 +53,7 @@ enum fq_kind {
 	FQ_K_GROUP_START, /* ncclGroupStart */
 	FQ_K_GROUP_END,   /* ncclGroupEnd: 15, the last kind the cookie's 4 bits hold */
 	FQ_K_PROF,        /* fleetq's NCCL profiler plugin hand-over: not in cookies */
+	FQ_K_BUSY,        /* fleetq's CUDA injection library hand-over: not in cookies */
 };
 
 #define FQ_CK_FN(c) ((unsigned)((c) & 0xff))
@@ -184,6 +186,37 @@ struct fq_prof_rec {
 struct fq_ev_kernel {
 	struct fq_ev_hdr h; /* ts: when the record was handed over */
 	struct fq_prof_rec r;
+};
+
+/*
+ * A slice of one GPU's time as fleetq's CUDA injection library (agentd/cupti/) saw it through
+ * CUPTI's kernel activity records, handed to fq_gpu_busy_done(const struct fq_busy_rec *)
+ * (uprobed, as fq_nccl_kernel_done). Clock: CLOCK_MONOTONIC. busy_ns is the time in
+ * [t0_ns, t0_ns + dur_ns) when at least one kernel not NCCL's ran (the union over streams),
+ * nccl_ns the same for NCCL's kernels (the name starts with "nccl").
+ */
+#define FQ_BUSY_MAGIC 0x66716275u /* "fqbu" */
+
+
+struct fq_busy_rec {
+	uint32_t magic;
+	uint32_t size;     /* sizeof(struct fq_busy_rec) of the library that wrote it */
+	uint64_t t0_ns;    /* slice start, CLOCK_MONOTONIC */
+	uint64_t dur_ns;   /* slice length */
+	uint64_t busy_ns;  /* compute kernels' union */
+	uint64_t nccl_ns;  /* NCCL kernels' union */
+	uint64_t dropped;  /* records CUPTI dropped so far in the process (no buffer) */
+	uint32_t kernels;  /* compute kernels that started in the slice */
+	uint32_t nccl_kernels;
+	int32_t device;    /* CUPTI's device id (the CUDA ordinal in the process) */
+	uint32_t flags;    /* none yet */
+	uint64_t late_ns;  /* compute kernels whose own earlier slice was handed over before
+			    * their records came: counted here, whole (not in busy_ns) */
+};
+
+struct fq_ev_busy {
+	struct fq_ev_hdr h; /* ts: when the record was handed over */
+	struct fq_busy_rec r;
 };
 
 #endif

@@ -199,6 +199,23 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
 );
 CREATE INDEX IF NOT EXISTS gpu_samples_ts ON gpu_samples (ts_ns);
 
+-- Each GPU's time in slices, from fleetq's CUDA injection library (libfleetq-cupti.so,
+-- CUDA_INJECTION64_PATH) over CUPTI's kernel activity: one row per GPU per 200 ms slice in
+-- which a kernel ran (a slice with none has no row: idle). A new table, as gpu_samples.
+CREATE TABLE IF NOT EXISTS gpu_busy (
+	ts_ns        INTEGER PRIMARY KEY NOT NULL, -- the slice's start (trace clock)
+	dur_ns       INTEGER NOT NULL, -- its length
+	pid          INTEGER NOT NULL,
+	device       INTEGER,          -- CUDA device ordinal in the process
+	busy_ns      INTEGER NOT NULL, -- time a compute kernel (not NCCL's) ran: union over streams
+	nccl_ns      INTEGER NOT NULL, -- time an NCCL kernel ran
+	kernels      INTEGER,          -- compute kernels that started in the slice
+	nccl_kernels INTEGER,
+	dropped      INTEGER,          -- CUPTI records dropped in the process so far (0: none)
+	late_ns      INTEGER           -- compute kernels whose own earlier slice was handed over
+	                               -- before their records came: counted here, whole
+);
+
 -- Which GPUs a traced process uses: one row per (process, GPU, source), written when first
 -- seen. Join: collectives.pid -> processes (pid, start_ns) -> process_gpus -> gpu_samples
 -- (gpu_uuid). A table, not a column of processes: a process may use several GPUs, and the

@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "fqtrace.h"
+#include "jobside.h"
 #include "nccl_profiler.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -65,30 +66,9 @@ struct ctx {
 	struct coll slot[SLOTS];
 };
 
-/*
- * The hand-over point agentd probes, void fq_nccl_kernel_done(const struct fq_prof_rec *),
- * written out so that no compiler drops the call or starts the function with anything but
- * `push %rbp`, an instruction a uprobe emulates instead of single-stepping. The call itself
- * is opaque to the compiler, so the record is in memory when it is made.
- */
-__asm__(".text\n"
-	".globl fq_nccl_kernel_done\n"
-	".type fq_nccl_kernel_done, @function\n"
-	"fq_nccl_kernel_done:\n"
-	"\tpush %rbp\n"
-	"\tmov %rsp, %rbp\n"
-	"\tpop %rbp\n"
-	"\tret\n"
-	".size fq_nccl_kernel_done, .-fq_nccl_kernel_done\n");
+/* The hand-over point agentd probes (jobside.h) */
+FQ_HANDOVER(fq_nccl_kernel_done);
 EXPORT void fq_nccl_kernel_done(const struct fq_prof_rec *r);
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Hands c's record over and frees the slot; c->ctx->mu held. */
 static void finish(struct coll *c, uint32_t flags)
@@ -168,7 +148,7 @@ static struct coll *claim(struct ctx *x, const char *func, uint64_t count, int e
 	c->rec.rank = x->rank;
 	c->rec.nranks = x->nranks;
 	c->rec.peer = -1;
-	c->rec.host_start_ns = mono_ns();
+	c->rec.host_start_ns = fq_mono_ns();
 	if (func)
 		strncpy(c->rec.func, func, sizeof(c->rec.func) - 1);
 	return c;
@@ -299,7 +279,7 @@ static ncclResult_t stop_event(void *handle)
 		pthread_mutex_lock(&x->mu);
 		if (c->live && !c->host_done) {
 			c->host_done = true;
-			c->rec.host_stop_ns = mono_ns();
+			c->rec.host_stop_ns = fq_mono_ns();
 			maybe_finish(c);
 		}
 		pthread_mutex_unlock(&x->mu);

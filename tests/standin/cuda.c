@@ -7,13 +7,19 @@
  * hook, off-CPU; a launch blocks while the queue is full; a synchronize blocks until the device
  * has finished what was enqueued before it. FQ_STANDIN_DEVICE=inline keeps the earlier model
  * (standin.h): no device thread, the synchronizing thread runs the items.
+ *
+ * Like the real driver, the first cuInit loads CUDA_INJECTION64_PATH and calls its
+ * InitializeInjection (how CUPTI-based tools attach); each kernel the device finishes goes to
+ * the activity sink (standin.h), which the stand-in libcupti.so.13 turns into CUPTI records.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
@@ -55,6 +61,7 @@ struct item {
 	struct CUevent_st *ev;
 	struct CUstream_st *wait_on; /* ITEM_WAIT: the stream the event was recorded on */
 	uint64_t ev_gen;
+	uint32_t device, corr; /* kernels: for the activity sink */
 };
 
 struct CUstream_st {
@@ -69,6 +76,8 @@ struct CUstream_st {
 	bool started, stop;
 	pthread_t thread;
 	struct CUstream_st *next;
+	uint32_t id;	 /* creation number, 0 for the default stream */
+	uint32_t device; /* the creating thread's device; the default stream has none */
 };
 
 struct CUevent_st {
@@ -82,6 +91,12 @@ static struct CUstream_st *streams;
 static struct CUstream_st default_stream = { .lock = PTHREAD_MUTEX_INITIALIZER,
 					     .cond = PTHREAD_COND_INITIALIZER };
 static bool default_listed;
+
+/* the calling thread's device (real: its current context), set by cudaSetDevice */
+static __thread uint32_t cur_device;
+static _Atomic uint32_t nstreams;
+static _Atomic uint32_t nlaunches;
+static _Atomic(fqsi_activity_fn) activity_sink;
 
 static int ndevices(void)
 {
@@ -166,6 +181,22 @@ static CUresult cu_err(int err)
 
 static void drain_inline(struct CUstream_st *s, struct CUevent_st *ev, uint64_t gen);
 
+/* A kernel ran to completion: tell the sink, if one is registered (standin.h). */
+static void report_kernel(const struct CUstream_st *s, const struct item *it, uint64_t start,
+			  uint64_t end)
+{
+	fqsi_activity_fn fn = atomic_load_explicit(&activity_sink, memory_order_acquire);
+	struct fqsi_activity a;
+
+	if (!fn)
+		return;
+	a = (struct fqsi_activity){ .start_ns = start, .end_ns = end, .device = it->device,
+				    .stream = s->id, .correlation = it->corr };
+	/* a run hook is the stand-in NCCL's collective: CUPTI names it ncclDevKernel_<Op> */
+	a.name = it->k->name ? it->k->name : it->kind == ITEM_RUN ? "ncclDevKernel" : "kernel";
+	fn(&a);
+}
+
 /* Runs one item on the device thread; returns its error and sets *end to the device clock. */
 static int run_item(struct CUstream_st *s, struct item *it, int failed, uint64_t *end)
 {
@@ -184,11 +215,14 @@ static int run_item(struct CUstream_st *s, struct item *it, int failed, uint64_t
 			 (unsigned long long)(start + fqsi_gpu_offset_ns()),
 			 (unsigned long long)(x.end_ns + fqsi_gpu_offset_ns()));
 		fqsi_device_row(it->k->name, -1, 0, it->argv[0], note);
+		report_kernel(s, it, start, x.end_ns);
 		break;
 	case ITEM_RUN:
 		err = it->k->run(it->argv, &x);
-		if (x.end_ns < start)
-			x.end_ns = start;
+		if (x.end_ns < x.start_ns)
+			x.end_ns = x.start_ns;
+		if (!err && !failed)
+			report_kernel(s, it, x.start_ns, x.end_ns);
 		break;
 	case ITEM_WAIT:
 		if (fqsi_inline()) {
@@ -325,9 +359,58 @@ static int stream_sync(struct CUstream_st *s)
 	return err;
 }
 
+FQSI_EXPORT void fqsi_activity_sink(fqsi_activity_fn fn)
+{
+	atomic_store_explicit(&activity_sink, fn, memory_order_release);
+}
+
+FQSI_EXPORT void fqsi_set_device(int device)
+{
+	cur_device = device > 0 ? (uint32_t)device : 0;
+}
+
+static pthread_once_t inject_once = PTHREAD_ONCE_INIT;
+static __thread bool injecting;
+
+/*
+ * CUDA_INJECTION64_PATH, as the real driver loads it at the first cuInit: dlopen, then
+ * InitializeInjection(), whose return value it ignores (NVIDIA's samples return 1). A library
+ * that fails to load or lacks the symbol costs one line on stderr, never the application.
+ */
+static void inject(void)
+{
+	const char *path = getenv("CUDA_INJECTION64_PATH");
+	int (*init)(void);
+	void *h;
+
+	if (!path || !*path)
+		return;
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		fprintf(stderr, "libcuda (stand-in): cannot load CUDA_INJECTION64_PATH '%s', "
+				"running without it: %s\n", path, dlerror());
+		return;
+	}
+	init = (int (*)(void))dlsym(h, "InitializeInjection");
+	if (!init) {
+		fprintf(stderr, "libcuda (stand-in): CUDA_INJECTION64_PATH '%s' exports no "
+				"InitializeInjection, running without it\n", path);
+		dlclose(h);
+		return;
+	}
+	/* it may call back into the driver (cuInit too): that call must not wait for itself */
+	injecting = true;
+	(void)init();
+	injecting = false;
+}
+
 FQSI_EXPORT CUresult cuInit(unsigned int flags)
 {
-	return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	if (flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!injecting)
+		pthread_once(&inject_once, inject);
+	return CUDA_SUCCESS;
 }
 
 FQSI_EXPORT CUresult cuDriverGetVersion(int *version)
@@ -367,6 +450,8 @@ FQSI_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int flags)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
+	s->id = atomic_fetch_add(&nstreams, 1) + 1;
+	s->device = cur_device;
 	pthread_mutex_lock(&streams_lock);
 	s->next = streams;
 	streams = s;
@@ -550,6 +635,7 @@ FQSI_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigne
 				    unsigned int sharedMemBytes, CUstream hStream, void **kernelParams,
 				    void **extra)
 {
+	struct CUstream_st *s = stream_of(hStream);
 	struct item *it;
 
 	if (!f || f->magic != FQSI_KERNEL_MAGIC || f->nparams > FQSI_MAX_PARAMS)
@@ -565,7 +651,10 @@ FQSI_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigne
 	it->k = f;
 	for (uint32_t i = 0; i < f->nparams; i++)
 		memcpy(&it->argv[i], kernelParams[i], sizeof(uint64_t));
-	return cu_err(enqueue(stream_of(hStream), it));
+	/* a stream runs on its creator's device; the default stream on the launcher's */
+	it->device = s == &default_stream ? cur_device : s->device;
+	it->corr = atomic_fetch_add(&nlaunches, 1) + 1;
+	return cu_err(enqueue(s, it));
 }
 
 FQSI_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)

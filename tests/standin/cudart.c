@@ -86,6 +86,8 @@ FQSI_EXPORT cudaError_t cudaSetDevice(int device)
 	if (device < 0 || device >= n)
 		return cudaErrorInvalidDevice;
 	cur_device = device;
+	/* as the real runtime makes the device's primary context current in the driver */
+	fqsi_set_device(device);
 	return cudaSuccess;
 }
 

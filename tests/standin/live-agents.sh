@@ -6,7 +6,8 @@
 #   starts the agents and waits for their ports; sets CG, PORT[0..3], HOSTS (a,b,c,d).
 #   With FAKENVML (tests/nvml's fake libnvidia-ml.so.1) set, each agent samples its fake GPUs
 #   every 100 ms, as $T/nvml.node<k>.conf says (a test writes these first).
-#   LIVE_PROBES: probe sets to add (e.g. tcp).
+#   LIVE_PROBES: probe sets to add (e.g. tcp). PLUGIN, CUPTI: fleetq's NCCL profiler plugin
+#   and CUDA injection library, attached at start as agentd attaches them where installed.
 
 cleanup_cg() {
 	cleanup
@@ -30,6 +31,8 @@ live_agents() {
 	LIBS="lib:$STANDIN/libnccl.so.2,lib:$STANDIN/libcudart.so.13,lib:$STANDIN/libcuda.so.1"
 	# and fleetq's NCCL profiler plugin, as agentd attaches it where it is installed
 	[ -z "${PLUGIN:-}" ] || LIBS="$LIBS,lib:$PLUGIN"
+	# and fleetq's CUDA injection library (CUPTI: its path), likewise
+	[ -z "${CUPTI:-}" ] || LIBS="$LIBS,lib:$CUPTI"
 	certs ca 127.0.0.1
 	# Four agents load and attach at once (BPF loading takes a while each).
 	for k in 0 1 2 3; do

@@ -51,6 +51,32 @@ struct fqsi_kernel {
 	int (*run)(const uint64_t *argv, struct fqsi_exec *x);
 };
 
+/*
+ * One kernel the device ran, for a CUPTI-like consumer (the stand-in libcupti.so.13, cupti.c):
+ * after a stream's device finishes a timed kernel or a collective's kernel without error,
+ * libcuda calls the function registered with fqsi_activity_sink(), on the device thread (in
+ * inline mode: on the synchronizing thread, under the stream's lock), so it must return
+ * quickly and never call back into libcuda. start_ns/end_ns are the device clock of standin.h
+ * (CLOCK_MONOTONIC, without the per-rank "globaltimer" offset: CUPTI hands out timestamps
+ * already normalized to its host clock); device is the ordinal current (cudaSetDevice) on the
+ * thread that created the stream (the default stream: on the launching thread); stream is the
+ * stream's creation number (0: the default stream); name is the kernel's, static for the
+ * life of the library that defines it ("ncclDevKernel_<Op>" for the stand-in NCCL's);
+ * correlation numbers the process's launches from 1, in launch order. NULL unregisters.
+ */
+struct fqsi_activity {
+	uint64_t start_ns, end_ns;
+	uint32_t device, stream;
+	const char *name;
+	uint32_t correlation;
+};
+
+typedef void (*fqsi_activity_fn)(const struct fqsi_activity *a);
+
+void fqsi_activity_sink(fqsi_activity_fn fn);
+/* cudaSetDevice tells the driver the calling thread's device (real: its primary context) */
+void fqsi_set_device(int device);
+
 /* Ranks one stand-in communicator can hold; the shared segment is sized for this many. */
 #define FQSI_MAX_RANKS 1024
 

@@ -116,6 +116,10 @@ static void every_kind(const char *path)
 	r.u.process_gpu = (struct rec_process_gpu){ .pid = 1, .start_ns = 2, .ts_ns = 19,
 						    .gpu_uuid = "GPU-1", .source = "nvml" };
 	kinds += put(s, &r);
+	r = (struct rec){ .kind = REC_BUSY };
+	r.u.busy = (struct rec_busy){ .ts_ns = 20, .dur_ns = 200000000, .pid = 1, .device = 0,
+				      .busy_ns = 150000000, .nccl_ns = 40000000 };
+	kinds += put(s, &r);
 	CHECK_EQ(kinds, REC_KIND_MAX);
 	CHECK_EQ(store_flush(s), 0);
 	store_get_stats(s, &st);
