@@ -372,30 +372,35 @@ static void near_fsdp(sqlite3_stmt *st, char *buf, size_t len)
 char *an_near(sqlite3 *db)
 {
 	/* (a user's merge file without these columns: no line; without the last two, which
-	 * came later, no FSDP line) */
-#define NEAR_SQL(more)                                                                       \
+	 * came later, no FSDP line; without z_compute, which came last, the same less it) */
+#define NEAR_SQL(z, more)                                                                    \
 	"SELECT coalesce(job_rank, rank), node, near_signal, near_pct, bar_pct, "             \
 	"CASE near_signal WHEN 'wait' THEN z_wait WHEN 'gpu' THEN z_gpu "                      \
-	"WHEN 'pace' THEN z_pace ELSE z_cpu END" more " "                                      \
+	"WHEN 'pace' THEN z_pace " z "ELSE z_cpu END" more " "                                 \
 	"FROM temp.fq_analysis WHERE verdict = 'ok' AND near_pct IS NOT NULL "                 \
 	"ORDER BY near_pct DESC LIMIT 1"
-	static const char sql[] = NEAR_SQL(", iif(near_signal = 'gpu', gpu_op, NULL), "
+	static const char sql[] = NEAR_SQL("WHEN 'compute' THEN z_compute ",
+					   ", iif(near_signal = 'gpu', gpu_op, NULL), "
 					   "peers_kern_pct"),
-			  older[] = NEAR_SQL("");
+			  mid[] = NEAR_SQL("", ", iif(near_signal = 'gpu', gpu_op, NULL), "
+					       "peers_kern_pct"),
+			  older[] = NEAR_SQL("", "");
 #undef NEAR_SQL
 	sqlite3_stmt *st = NULL;
 	char *line = NULL, fsdp[256];
 
 	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK &&
+	    sqlite3_prepare_v2(db, mid, -1, &st, NULL) != SQLITE_OK &&
 	    sqlite3_prepare_v2(db, older, -1, &st, NULL) != SQLITE_OK)
 		return NULL;
 	if (sqlite3_step(st) == SQLITE_ROW) {
 		const char *sig = (const char *)sqlite3_column_text(st, 2);
-		const char *what = !sig			  ? "signal stands"
-				   : !strcmp(sig, "wait") ? "synchronize waits stand"
-				   : !strcmp(sig, "gpu")  ? "collective kernels stand"
-				   : !strcmp(sig, "pace") ? "GPU's compute before each step stands"
-							  : "CPU work stands";
+		const char *what = !sig			     ? "signal stands"
+				   : !strcmp(sig, "wait")    ? "synchronize waits stand"
+				   : !strcmp(sig, "gpu")     ? "collective kernels stand"
+				   : !strcmp(sig, "pace")    ? "GPU's compute before each step stands"
+				   : !strcmp(sig, "compute") ? "GPU's compute stream (least idle) stands"
+							     : "CPU work stands";
 		/* pace's effect is the uniform slowdown's estimate, not a measured loss */
 		const char *model = sig && !strcmp(sig, "pace") ?
 					    " if its GPU is slower all through its step," : "";
@@ -533,6 +538,18 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 	signal_line(out, st, "pace", "pace_ms", "peer_pace_ms",
 		    "of GPU compute before each collective that opens a step (a slower GPU's "
 		    "is longer)");
+	/* the compute stream (fleetq's CUDA injection library): a share, not a time */
+	if (row_has(st, "idle_pct")) {
+		fprintf(out, "  %s compute", named(row_txt(st, "signals"), "compute") ? "*" : " ");
+		if (row_has(st, "z_compute"))
+			fprintf(out, " z=%+8.2f", row_dbl(st, "z_compute"));
+		fprintf(out, "  its GPU ran no compute kernel %.1f%% of the span",
+			row_dbl(st, "idle_pct"));
+		if (row_has(st, "peer_idle_pct"))
+			fprintf(out, ", its peers' %.1f%% (a slower GPU idles least)",
+				row_dbl(st, "peer_idle_pct"));
+		fputc('\n', out);
+	}
 	why_report(out, st);
 	if (row_has(st, "peers_wait_s") && row_dbl(st, "peers_wait_s") > 0)
 		fprintf(out, "  cost: peers lost %.3f GPU-seconds waiting on it\n",

@@ -60,6 +60,7 @@ struct query_opts {
 	double threshold; /* < 0: the file's default */
 	double min_effect; /* stragglers, percent; < 0: the file's default */
 	double effect_steps; /* stragglers, steps (0: a fixed bar); < 0: the file's default */
+	double busy_idle;    /* stragglers, percent; < 0: the file's default */
 	int all, show_sql;
 	const char *fail_if;
 	const char *output; /* timeline -o */

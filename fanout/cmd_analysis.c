@@ -147,6 +147,12 @@ static int load_plan(struct run *r, const char *all, int with_why)
 		NULL,
 	};
 	r->mp[r->nmp++] = (struct an_param){
+		":busy_idle",
+		q->busy_idle >= 0 ? (struct wire_value){ .type = WIRE_REAL, .d = q->busy_idle / 100 }
+				  : (struct wire_value){ .type = WIRE_NULL },
+		NULL,
+	};
+	r->mp[r->nmp++] = (struct an_param){
 		all,
 		q->all || r->bars || r->near ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
 				  : (struct wire_value){ .type = WIRE_NULL },

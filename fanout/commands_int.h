@@ -40,7 +40,7 @@ struct run {
 	struct an_plan plan, why;
 	struct an_findings fd;
 	struct an_seen seen;
-	struct an_param np[5], mp[4];
+	struct an_param np[5], mp[5];
 	size_t nnp, nmp;
 	struct wire_value *qvals;
 	size_t nqvals;

@@ -112,6 +112,9 @@ static const char usage_text[] =
 	"                           PCT% of the span to it (default 3; 5 for a pair of ranks)\n"
 	"  --effect-steps N         stragglers: over a span of fewer than N steps the bar grows\n"
 	"                           by sqrt(N / steps) (default 100; 0: a fixed bar)\n"
+	"  --busy-idle PCT          stragglers: the compute stream (CUDA_INJECTION64_PATH=\n"
+	"                           libfleetq-cupti.so) names a rank only where its own GPU ran\n"
+	"                           no compute kernel for at most PCT% of the span (default 15)\n"
 	"  --all                    every rank (stragglers) or every counter (netcheck)\n"
 	"  --show-sql               print the node and merge SQL with their parameters, exit\n"
 	"  --bars[=WHEN]            stragglers: after the report, a bar per rank and signal\n"
@@ -213,6 +216,7 @@ enum {
 	OPT_THRESHOLD,
 	OPT_MIN_EFFECT,
 	OPT_EFFECT_STEPS,
+	OPT_BUSY_IDLE,
 	OPT_ALL,
 	OPT_SHOW_SQL,
 	OPT_FAIL_IF,
@@ -263,6 +267,7 @@ static const struct option long_opts[] = {
 	{ "threshold", required_argument, NULL, OPT_THRESHOLD },
 	{ "min-effect", required_argument, NULL, OPT_MIN_EFFECT },
 	{ "effect-steps", required_argument, NULL, OPT_EFFECT_STEPS },
+	{ "busy-idle", required_argument, NULL, OPT_BUSY_IDLE },
 	{ "all", no_argument, NULL, OPT_ALL },
 	{ "show-sql", no_argument, NULL, OPT_SHOW_SQL },
 	{ "fail-if", required_argument, NULL, OPT_FAIL_IF },
@@ -314,6 +319,7 @@ static unsigned opt_cmds(int c)
 	case OPT_EXIT_ON_STRAGGLER:
 	case OPT_MIN_EFFECT:
 	case OPT_EFFECT_STEPS:
+	case OPT_BUSY_IDLE:
 		return 1u << CMD_STRAGGLERS;
 	case OPT_THRESHOLD:
 	case OPT_ALL:
@@ -585,6 +591,15 @@ static int parse_args(int argc, char **argv, struct query_opts *q, int cmd, cons
 						   "steps from 0 (a fixed bar) to 1000000, e.g. 100",
 						   optarg);
 			break;
+		case OPT_BUSY_IDLE:
+			errno = 0;
+			q->busy_idle = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(q->busy_idle >= 0) ||
+			    q->busy_idle > 100)
+				return usage_error("--busy-idle: invalid share '%s': use a percentage "
+						   "of the span from 0 to 100, e.g. 15",
+						   optarg);
+			break;
 		case OPT_ALL:
 			q->all = 1;
 			break;
@@ -790,6 +805,7 @@ int main(int argc, char **argv)
 	struct query_opts q = { .min_coverage = 1.0, .max_bytes = -1, .pings = -1,
 				.since_ns = -1, .max_seqs = -1,
 				.threshold = -1, .min_effect = -1, .effect_steps = -1,
+				.busy_idle = -1,
 				.gate = { .tolerance = -1, .mad_k = -1 } };
 	const char **pos = NULL;
 	size_t npos = 0;

@@ -32,6 +32,10 @@
 --   :hang_ns        a rank behind its communicator's newest seq whose newest collective is
 --                   older than max(:hang_ns, 10 step periods) is hung (1.5e9)
 --   :all_ranks      1: one row per rank, 'ok' ones too; default: only hung and stragglers
+--   :busy_idle      the compute stream names a rank only where its own GPU ran no compute
+--                   kernel for at most this share of the span (0.15): a GPU that idles more
+--                   is not what its job waits on, and GPUs that a CPU-bound job's launches
+--                   keep waiting idle by different amounts from rank to rank
 --
 -- One row per (comm_hash, node, rank, pid), hung first, then stragglers, then by effect:
 --   comm_hash (fleetq's; 'nccl:<hash>' for a communicator only the NCCL plugin saw), node,
@@ -62,7 +66,9 @@
 --   is slower all through its step; else NULL: the peers' measured loss), peers_kern_pct
 --   (its peers' collective kernels over every op of the communicator less its own, % of the
 --   span: the most a rank whose kernels lean its way can cost; NULL for a pair or without
---   the GPU side).
+--   the GPU side), idle_pct and peer_idle_pct (fleetq's CUDA injection library: the share
+--   of the span its GPU ran no compute kernel, i.e. none but NCCL's, and its communicator's
+--   median; NULL without every rank's slices), z_compute (its idle share's oriented z).
 WITH
 -- each process's rank in the job, where its node knows it
 jr AS (
@@ -74,7 +80,8 @@ prm AS (
 	       max(coalesce(:pair_effect, 0.05), coalesce(:min_effect, 0.03)) AS peff,
 	       coalesce(:floor, 0.005) AS fl, coalesce(:min_effect_ns, 20000) AS fl_ns,
 	       coalesce(:clock_margin, 10) AS ck, coalesce(:hang_ns, 1.5e9) AS hang_ns,
-	       coalesce(:all_ranks, 0) AS all_ranks, coalesce(:effect_steps, 100) AS esteps
+	       coalesce(:all_ranks, 0) AS all_ranks, coalesce(:effect_steps, 100) AS esteps,
+	       coalesce(:busy_idle, 0.15) AS bidle
 ),
 -- each rank's collectives in one piece: a node sends a 'rank' row per 65536 seqs (a row has
 -- a size limit), mostly one; the objects and arrays of a rank's rows are spliced together
@@ -447,6 +454,69 @@ guni AS (
 		    AND a.pid IS w.pid, prm
 	WHERE w.nl >= 16
 ),
+-- The compute stream (fleetq's CUDA injection library, 'busy' rows): a GPU slower than its
+-- peers idles least, while theirs idle in collectives waiting on it. Each process's buckets
+-- of slices on the coordinator's clock (numbers only, under a day; a process that drives
+-- several GPUs, or whose CUPTI dropped records, is left out)
+bsl AS MATERIALIZED (
+	SELECT b.node, b.pid, (j.value ->> 0) - coalesce(k.offset_ns, 0) AS t0, j.value ->> 1 AS d,
+	       j.value ->> 2 AS busy
+	FROM results b LEFT JOIN koff k ON k.node = b.node CROSS JOIN json_each(b.by_seq) j
+	WHERE b.kind = 'busy' AND json_valid(b.by_seq) AND coalesce(b.count, 0) = 0
+	  AND typeof(j.value ->> 0) = 'integer' AND typeof(j.value ->> 1) = 'integer'
+	  AND typeof(j.value ->> 2) = 'integer' AND j.value ->> 1 BETWEEN 1 AND 86400000000000
+	  AND j.value ->> 2 BETWEEN 0 AND j.value ->> 1
+	  AND NOT EXISTS (SELECT 1 FROM results b2 WHERE b2.kind = 'busy' AND b2.node = b.node
+			  AND b2.pid = b.pid AND b2.tid IS NOT b.tid)
+),
+-- the ranks of each communicator, CPU side or plugin side (a communicator whose init agentd
+-- did not see has only the latter)
+bm AS (
+	SELECT comm_hash, node, rank, pid FROM r
+	UNION SELECT comm_hash, node, rank, pid FROM gz
+),
+-- per communicator, the time every rank's slices cover (first start to last end), where
+-- every rank has some and there are 3 or more: a pair has no population to say what is usual
+bw AS (
+	SELECT r.comm_hash, max(p.lo) AS t0, min(p.hi) AS t1
+	FROM bm r LEFT JOIN (SELECT node, pid, min(t0) AS lo, max(t0 + d) AS hi FROM bsl
+			  GROUP BY node, pid) p ON p.node = r.node AND p.pid = r.pid
+	GROUP BY r.comm_hash
+	HAVING count(*) >= 3 AND count(p.pid) = count(*) AND min(p.hi) - max(p.lo) >= 2000000000
+),
+-- per rank, the share of that time its GPU ran no compute kernel (a slice cut by the edge
+-- counted pro rata), and the share its slices cover (a slice with no kernel has no row: a
+-- GPU idle all through it, or CUPTI's records handed to another client, e.g. torch.profiler;
+-- a rank with none in the stretch covers 0)
+bi AS (
+	SELECT r.comm_hash, r.node, r.rank, r.pid,
+	       1 - coalesce(sum(s.busy * (min(s.t0 + s.d, w.t1) - max(s.t0, w.t0)) * 1.0 / s.d),
+			    0) / (w.t1 - w.t0) AS idle,
+	       coalesce(sum(min(s.t0 + s.d, w.t1) - max(s.t0, w.t0)), 0) * 1.0 / (w.t1 - w.t0)
+		       AS cover
+	FROM bm r JOIN bw w ON w.comm_hash = r.comm_hash
+	LEFT JOIN bsl s ON s.node = r.node AND s.pid = r.pid AND s.t0 < w.t1
+			AND s.t0 + s.d > w.t0
+	GROUP BY r.comm_hash, r.node, r.rank, r.pid
+),
+-- per communicator: its ranks, those whose slices cover four fifths of the stretch and no
+-- more than all of it (an agent that repeats a slice covers more) with a share between 0
+-- and 1, and the centre and spread of the shares
+bc AS (
+	SELECT comm_hash, count(*) AS n,
+	       count(*) FILTER (WHERE cover BETWEEN 0.8 AND 1.01 AND idle BETWEEN 0 AND 1) AS nv,
+	       median(idle) AS m, mad(idle) AS dd
+	FROM bi GROUP BY comm_hash
+),
+-- oriented z (least idle = straggler-like) and the effect: its communicator's median idle
+-- share less its own, what the median peer's compute stream waited beyond its own; only
+-- where every rank's share is sound
+bz AS (
+	SELECT b.comm_hash, b.node, b.rank, b.pid, b.idle, c.m AS peer_idle,
+	       robust_z(-b.idle, -c.m, max(c.dd, prm.fl)) AS z_busy, c.m - b.idle AS e_busy
+	FROM bi b JOIN bc c USING (comm_hash), prm
+	WHERE c.nv = c.n
+),
 -- per rank, the op that stands out most
 gb AS (
 	SELECT x.*, ga.lost / nullif(ga.gspan, 0) AS e_all, u.z_fw, u.e_uni, u.pace, u.peer_pace,
@@ -642,6 +712,13 @@ v AS (
 	       -- its peers' (z_gpu 0.6) and the job no slower
 	       f.f_cpu AND f.z_wait > 0 AND coalesce(g.z_gpu, 0) >= 0 AND f.n <> 2
 	       AND coalesce(g.z_gpu > prm.thr / 2, 1) AND coalesce(g.e_gpu >= g.eff_b, 1) AS f_cpuv,
+	       -- its GPU's compute stream idled least, its peers' more by the bar, over a
+	       -- stretch every rank's slices cover (bz), and its own GPU was busy all but
+	       -- :busy_idle of it: a slower GPU (FSDP hides it from every collective: its
+	       -- peers keep a steady lead, docs/analysis.md)
+	       (b.z_busy > prm.thr AND b.e_busy >= coalesce(f.eff_n, g.eff_n)
+		AND b.idle <= prm.bidle) AS f_busy,
+	       b.z_busy, b.e_busy, b.idle AS busy_idle, b.peer_idle AS peer_busy_idle,
 	       f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
@@ -681,18 +758,20 @@ v AS (
 	LEFT JOIN hang h ON h.comm_hash = u.comm_hash AND h.node IS u.node
 			 AND h.rank IS u.rank AND h.pid IS u.pid
 	LEFT JOIN pl p ON p.node IS u.node AND p.pid IS u.pid
-	LEFT JOIN pex x ON x.node IS u.node AND x.pid IS u.pid,
+	LEFT JOIN pex x ON x.node IS u.node AND x.pid IS u.pid
+	LEFT JOIN bz b ON b.comm_hash = u.comm_hash AND b.node IS u.node AND b.rank IS u.rank
+		       AND b.pid IS u.pid,
 	prm
 ),
 w AS (
 	SELECT v.*,
 	       CASE WHEN v.hung THEN 'hung'
 		    WHEN NOT v.pair_ok OR NOT v.p2p_ok THEN 'ok'
-		    WHEN v.f_late OR v.f_wait OR v.f_gpu OR v.f_pace THEN 'straggler'
+		    WHEN v.f_late OR v.f_wait OR v.f_gpu OR v.f_pace OR v.f_busy THEN 'straggler'
 		    WHEN v.f_cpuv THEN 'straggler'
 		    ELSE 'ok' END AS verdict,
 	       coalesce(v.f_late, 0) + coalesce(v.f_wait, 0) + coalesce(v.f_gpu, 0) +
-		       coalesce(v.f_cpuv, 0) + coalesce(v.f_pace, 0) AS nsig,
+		       coalesce(v.f_cpuv, 0) + coalesce(v.f_pace, 0) + coalesce(v.f_busy, 0) AS nsig,
 	       -- the effect is the peers' lost time: their kernels' wait where the GPU side is
 	       -- known, their synchronize waits, their CPU work's excess; lateness only where
 	       -- nothing else names the rank (a CPU running ahead of its GPU is late at no cost).
@@ -708,20 +787,22 @@ w AS (
 	       CASE WHEN v.pace_alone THEN v.e_uni
 		    WHEN v.gn = 2 AND v.z_gpu IS NOT NULL AND (v.f_gpu OR v.f_wait OR v.f_late)
 		    THEN coalesce(v.e_gpu, 0)
-		    WHEN v.f_gpu OR v.f_wait OR v.f_cpuv
+		    WHEN v.f_gpu OR v.f_wait OR v.f_cpuv OR v.f_busy
 		    THEN max(iif(v.f_wait, v.e_wait, 0), iif(v.f_gpu, v.e_gpu, 0),
-			     iif(v.f_cpuv, v.e_cpu, 0))
+			     iif(v.f_cpuv, v.e_cpu, 0), iif(v.f_busy, v.e_busy, 0))
 		    ELSE iif(v.f_late, v.e_late, 0) END AS eff_on,
-	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0)) AS eff_any
+	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0),
+		   coalesce(v.e_busy, 0)) AS eff_any
 	-- (pace_alone: its GPU's pace names it and nothing that measures lost time does)
 	FROM (SELECT v.*, (v.f_pace AND NOT (coalesce(v.f_gpu, 0) OR coalesce(v.f_wait, 0)
-					     OR coalesce(v.f_cpuv, 0))) AS pace_alone
+					     OR coalesce(v.f_cpuv, 0) OR coalesce(v.f_busy, 0)))
+				  AS pace_alone
 	      FROM v) v
 )
 SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        iif(verdict = 'ok', NULL, nullif(substr(iif(f_late, ',late', '') || iif(f_wait, ',wait', '') ||
-		     iif(f_gpu, ',gpu', '') || iif(f_pace, ',pace', '') ||
-		     iif(f_cpu AND (f_late OR f_wait OR f_gpu OR f_cpuv OR f_pace),
+		     iif(f_gpu, ',gpu', '') || iif(f_pace, ',pace', '') || iif(f_busy, ',compute', '') ||
+		     iif(f_cpu AND (f_late OR f_wait OR f_gpu OR f_cpuv OR f_pace OR f_busy),
 			 ',cpu', ''), 2), ''))
 	       AS signals,
        CASE WHEN coalesce(fn, gn) = 2 THEN 'pair' WHEN coalesce(fn, gn) >= 3 THEN 'mad' END
@@ -750,7 +831,8 @@ SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        -- (lateness is left out: a CPU running ahead of its GPU is late at no cost; a pair
        -- whose kernels are known has their effect alone, as its verdict has)
        iif(verdict = 'ok' AND near >= 0, CASE near WHEN nw THEN 'wait' WHEN ng THEN 'gpu'
-						      WHEN nc THEN 'cpu' ELSE 'pace' END, NULL)
+						      WHEN nc THEN 'cpu' WHEN nb THEN 'compute'
+						      ELSE 'pace' END, NULL)
 	       AS near_signal,
        iif(verdict = 'ok' AND near >= 0, round(100 * near, 1), NULL) AS near_pct,
        round(z_fw, 2) AS z_pace, round(pace / 1e6, 3) AS pace_ms,
@@ -760,8 +842,10 @@ SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
        -- holds its peers at every layer (FSDP's all-gathers and reduce-scatters) their wait
        -- mostly overlaps their compute, and the kernels' effect (the step's largest wait)
        -- can be a fraction of what it costs; this is the most it can cost
-       round(100 * e_all, 1) AS peers_kern_pct
-FROM (SELECT w.*, max(nw, ng, nc, np) AS near
+       round(100 * e_all, 1) AS peers_kern_pct,
+       round(100 * busy_idle, 1) AS idle_pct, round(100 * peer_busy_idle, 1) AS peer_idle_pct,
+       round(z_busy, 2) AS z_compute
+FROM (SELECT w.*, max(nw, ng, nc, np, nb) AS near
       FROM (SELECT w.*, iif(z_wait > prm.thr AND NOT (gn = 2 AND z_gpu IS NOT NULL),
 			    coalesce(e_wait, 0), -1) AS nw,
 		   iif(z_gpu > prm.thr, coalesce(e_gpu, 0), -1) AS ng,
@@ -769,7 +853,9 @@ FROM (SELECT w.*, max(nw, ng, nc, np) AS near
 		       coalesce(e_cpu, 0), -1) AS nc,
 		   -- (its GPU's pace: the uniform slowdown's estimate, where pace's other
 		   -- conditions hold, its kernels and the GPUs setting the job's pace)
-		   iif(z_fw > prm.thr AND z_gpu > prm.thr AND paced, coalesce(e_uni, 0), -1) AS np
+		   iif(z_fw > prm.thr AND z_gpu > prm.thr AND paced, coalesce(e_uni, 0), -1) AS np,
+		   -- (its compute stream: where its own GPU idled no more than :busy_idle)
+		   iif(z_busy > prm.thr AND busy_idle <= prm.bidle, coalesce(e_busy, 0), -1) AS nb
 	    FROM w, prm) w) w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
 ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,

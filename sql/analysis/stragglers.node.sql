@@ -35,6 +35,20 @@
 --                     ns its Recv kernels took on the GPU (waiting for their senders) and
 --                     its Send/Recv kernels' span on the GPU's clock; gap_list = JSON
 --                     array of the peers it sent to or received from (ranks in comm_hash)
+--             'busy': one per (pid, device) of the processes of the 'rank' or 'kern' rows
+--                     that run no Send/Recv (a pipeline stage's GPU idles waiting on its
+--                     neighbours too), with gpu_busy rows from :since_ns on (else from the
+--                     first of their collectives kept): a time window, not :max_seqs (the
+--                     newest 1000 seqs of an FSDP job are 1.3 s, fewer than the slices' own
+--                     delay; fleetq's CUDA injection library): tid = the device, ts_ns = the
+--                     first bucket's start, n = slices, count = records CUPTI dropped (the
+--                     most any slice says: 0 or NULL: none), by_seq = JSON array of [start,
+--                     length, busy_ns] per bucket (ns, node clock): from its first slice's
+--                     start to its last one's end, and the time a compute kernel ran in
+--                     them, their late_ns too (compute time whose record came after its
+--                     slice, counted in a later one). A bucket is a slice, or whole slices
+--                     where the process's slices span more than 128 (at most ~256 buckets a
+--                     process whatever --since: the row and the merge's cost stay bounded)
 --             'now':  one row, ts_ns = this node's current time, host = meta 'host_id'
 --                     (the kernel's boot id: nodes with the same one share a clock)
 --   comm_hash, rank, nranks, pid, tid, seq, op, count, ts_ns (enqueue, node clock)
@@ -238,6 +252,23 @@ UNION ALL
 SELECT 'p2p', comm_hash, rank, nranks, pid, NULL, NULL, NULL, NULL, ts_ns, n, w, peers, NULL,
        NULL, NULL, NULL, NULL
 FROM pw
+UNION ALL
+SELECT 'busy', NULL, NULL, NULL, pid, device, NULL, NULL, max(dropped), min(t0), sum(n),
+       json_group_array(json_array(t0, len, busy)), NULL, NULL, NULL, NULL, NULL, NULL
+FROM (SELECT pid, device, min(ts_ns) AS t0, max(ts_ns + dur_ns) - min(ts_ns) AS len,
+	     sum(busy_ns + coalesce(late_ns, 0)) AS busy, count(*) AS n,
+	     max(coalesce(dropped, 0)) AS dropped
+      FROM (SELECT b.pid, b.device, b.ts_ns, b.dur_ns, b.busy_ns, b.late_ns, b.dropped,
+		   (b.ts_ns - min(b.ts_ns) OVER p) / (200000000 * max(1, (max(b.ts_ns) OVER p
+				- min(b.ts_ns) OVER p) / 25600000000)) AS k
+	    FROM (SELECT pid, iif(prm.since_ns > 0, prm.since_ns, min(ts_ns)) AS t
+		  FROM (SELECT pid, ts_ns FROM win UNION ALL SELECT pid, ts_ns FROM kk), prm
+		  WHERE pid NOT IN (SELECT pid FROM pw0)
+		  GROUP BY pid) w
+	    JOIN gpu_busy b ON b.pid = w.pid AND b.ts_ns >= w.t
+	    WINDOW p AS (PARTITION BY b.pid))
+      GROUP BY pid, device, k)
+GROUP BY pid, device
 UNION ALL
 SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, now_ns, NULL, NULL, NULL, NULL,
        NULL, NULL, (SELECT value FROM meta WHERE key = 'host_id'), NULL

@@ -229,6 +229,23 @@ CASES = {
     # verdict's closest line names it (NEAR), with its peers' wait in all beside
     # (stragglers_realwin), and so that a rule that sizes FSDP's cost shows here
     "cnnf18-slow20": (None, 14.2),
+    # round 20, the compute stream (fleetq's CUDA injection library, gpu_busy rows; 4 x H200,
+    # the last 6 s of each phase, the whole phase for cnnf20-slow10, whose 53 steps in 6 s
+    # grow the bar past it). The rule was set from round 19's torch.profiler runs of this
+    # job; these were its first run through the library, kept after: the CNN under FSDP,
+    # rank 1's GPU slower all through its step (loss 13.8 % against the run's clean phases),
+    # and rank 3's at 10 % (6.4 %): its peers' kernels never show the cost (their lead is
+    # steady), their compute streams idle 8 and 3 points more than its own, about half the
+    # loss (EFFECT_OFF: what the compute stream's idle time misses is not understood yet)
+    "cnnf20-slow20": (1, 13.8),
+    "cnnf20-slow10": (3, 6.4),
+    "cnnf20-clean2": (None, 0.0),
+    # the CNN under DDP, rank 1's GPU 10 % slower (6.9 %): its kernels, pace and the
+    # compute stream agree
+    "cnn20-slow10": (1, 6.9),
+    # the transformer under DDP, clean: its GPUs wait on their CPUs' launches (each idles
+    # 21-23 % of the span, by different amounts): the compute stream must stay shut
+    "g20-clean1": (None, 0.0),
 }
 # the same windows judged over fleetq's default newest 1000 seqs of each op (the DDP job's
 # broadcast, one a step, reaches further back than its buckets)
@@ -254,14 +271,15 @@ MERGE_PARAMS = {"cnn17-slow5+ms500": ["effect_steps=0"],
 # cases whose verdict must carry this signal among those that name the rank
 SIGNALS = {"d17-slow10": "pace", "x19-slow5": "pace", "d17-slow10+ms1000": "pace",
            "x19-slow5+ms1000": "pace", "cnn17-slow5": "pace", "cnn17-slow5+ms500": "pace",
-           "cnn18-slow5s20": "pace"}
+           "cnn18-slow5s20": "pace", "cnnf20-slow20": "compute", "cnnf20-slow10": "compute",
+           "cnn20-slow10": "compute"}
 # cases whose named rank is checked but not the size of its effect: rank 0 waits 28.8 % of
 # the span for rank 1 in their all-reduce (before the send/recv rule too), while the job
 # lost 7.3 %; not understood yet (a guess: part of that wait fills the pipeline's bubble)
 # x8-slow20, l9-slow20: a GPU slower all through its step makes each bucket wait a little;
 # the step's largest wait, the kernels' effect, says 8.2 % for a loss of 16.4 % and 3.5 % for
 # 7.2 % (docs/analysis.md)
-EFFECT_OFF = {"pipe-stall10", "x8-slow20", "l9-slow20"}
+EFFECT_OFF = {"pipe-stall10", "x8-slow20", "l9-slow20", "cnnf20-slow10"}
 IDLE_NS = 1_900_000_000
 # the change a case makes to the real rows: (node index or None for every node, SQL)
 EDITS = {

@@ -278,6 +278,114 @@ static void t_gpu(const char *pct)
 	}
 }
 
+/* Runs sql on a trace file, writable; CHECKs that it worked. */
+static void edit_db(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	char *err = NULL;
+
+	CHECK_MSG(sqlite3_open(path, &db) == SQLITE_OK &&
+			  sqlite3_exec(db, sql, NULL, NULL, &err) == SQLITE_OK,
+		  "%s on %s: %s", sql, path, err ? err : sqlite3_errmsg(db));
+	sqlite3_free(err);
+	sqlite3_close(db);
+}
+
+/* Whether every row of r has a value in col. */
+static int all_have(const struct an_rows *r, const char *col)
+{
+	for (size_t i = 0; i < r->nrows; i++)
+		if (!an_get(r, i, col))
+			return 0;
+	return r->nrows > 0;
+}
+
+/*
+ * The compute stream (gpu_busy rows, fleetq's CUDA injection library): each GPU computes 0.8
+ * of a step before its collective, rank 6's 10 % of a step more. Its GPU idles least, its
+ * peers' idle the difference more: named on `compute` too (with :busy_idle 0.3: the
+ * generated job's GPUs idle over a fifth of the span, the default 15 % keeps the signal shut,
+ * which the third check holds). Clean jobs: nobody, every rank's share reported. A node whose
+ * rows are impossible (busy longer than the slice, a text for a number, slices repeated)
+ * takes the signal away from its communicator, and the verdict stands on the others.
+ */
+static void t_compute(void)
+{
+	static const char *const busy[] = { "all_ranks=1", "busy_idle=0.3", NULL };
+	struct job j;
+	struct an_rows r;
+
+	make_job(&j, "compute", 16, 4, "--seed 5 --busy-frac 0.8 --gpu-slow-rank 6 "
+		 "--gpu-slow-pct 10", NULL);
+	if (stragglers(&j, busy, &r) == 0) {
+		double own = atof(cell(&r, 0, "idle_pct")), peer = atof(cell(&r, 0, "peer_idle_pct"));
+
+		CHECK_MSG(!strcmp(cell(&r, 0, "rank"), "6") &&
+				  !strcmp(cell(&r, 0, "verdict"), "straggler") &&
+				  has_signal(an_get(&r, 0, "signals"), "compute"),
+			  "compute: top rank %s %s on %s, want 6 on compute", cell(&r, 0, "rank"),
+			  cell(&r, 0, "verdict"), cell(&r, 0, "signals"));
+		/* 10 % of a step more compute over a period of about 1.1 steps */
+		CHECK_MSG(peer - own > 6 && peer - own < 12 && atof(cell(&r, 0, "z_compute")) > 3.5,
+			  "compute: idle %.1f%% against its peers' %.1f%%, z %s", own, peer,
+			  cell(&r, 0, "z_compute"));
+		CHECK_MSG(count_verdict(&r, "straggler") == 1 && all_have(&r, "idle_pct"),
+			  "compute: %d stragglers, every rank's idle share: %d",
+			  count_verdict(&r, "straggler"), all_have(&r, "idle_pct"));
+		if (check_failures)
+			dump("compute", &r);
+		an_rows_release(&r);
+	}
+	/* the default :busy_idle (15 %): named on its kernels, not on its compute stream */
+	if (stragglers(&j, ALL, &r) == 0) {
+		CHECK_MSG(!strcmp(cell(&r, 0, "rank"), "6") &&
+				  !has_signal(an_get(&r, 0, "signals"), "compute") &&
+				  atof(cell(&r, 0, "idle_pct")) > 15,
+			  "compute, default bar: rank %s on %s, its GPU idle %s%%",
+			  cell(&r, 0, "rank"), cell(&r, 0, "signals"), cell(&r, 0, "idle_pct"));
+		an_rows_release(&r);
+	}
+	/* an agent's impossible rows: rank 5's busy five times its slice, rank 9's a text */
+	edit_db(j.paths[1], "UPDATE gpu_busy SET busy_ns = 5 * dur_ns WHERE pid = "
+			    "(SELECT pid FROM collectives WHERE rank = 5 LIMIT 1)");
+	edit_db(j.paths[2], "UPDATE gpu_busy SET busy_ns = 'x' WHERE pid = "
+			    "(SELECT pid FROM collectives WHERE rank = 9 LIMIT 1)");
+	if (stragglers(&j, busy, &r) == 0) {
+		CHECK_MSG(!strcmp(cell(&r, 0, "rank"), "6") &&
+				  !has_signal(an_get(&r, 0, "signals"), "compute") &&
+				  !an_get(&r, 0, "idle_pct"),
+			  "compute, hostile rows: rank %s on %s, idle %s (want no compute signal)",
+			  cell(&r, 0, "rank"), cell(&r, 0, "signals"), cell(&r, 0, "idle_pct"));
+		an_rows_release(&r);
+	}
+	/* an agent that repeats its slices (each one 100 ns later) to look busier: its rank's
+	 * slices cover twice the stretch, so the communicator's compute stream is not used */
+	make_job(&j, "computedup", 16, 4, "--seed 5 --busy-frac 0.8 --gpu-slow-rank 6 "
+		 "--gpu-slow-pct 10", NULL);
+	edit_db(j.paths[0], "INSERT INTO gpu_busy SELECT ts_ns + 100, dur_ns, pid, device, busy_ns, "
+			    "nccl_ns, kernels, nccl_kernels, dropped, late_ns FROM gpu_busy WHERE pid = "
+			    "(SELECT pid FROM collectives WHERE rank = 1 LIMIT 1)");
+	if (stragglers(&j, busy, &r) == 0) {
+		CHECK_MSG(!strcmp(cell(&r, 0, "rank"), "6") && !an_get(&r, 0, "idle_pct") &&
+				  !has_signal(an_get(&r, 0, "signals"), "compute"),
+			  "compute, repeated slices: rank %s on %s, idle %s (want none)",
+			  cell(&r, 0, "rank"), cell(&r, 0, "signals"), cell(&r, 0, "idle_pct"));
+		an_rows_release(&r);
+	}
+	for (int seed = 1; seed <= 3; seed++) {
+		char extra[64];
+
+		snprintf(extra, sizeof(extra), "--seed %d --busy-frac 0.8", seed);
+		make_job(&j, "computeclean", 16, 4, extra, NULL);
+		if (stragglers(&j, busy, &r) == 0) {
+			CHECK_MSG(count_verdict(&r, "straggler") == 0 && all_have(&r, "idle_pct"),
+				  "compute clean seed %d: %d stragglers, every rank's idle share: %d",
+				  seed, count_verdict(&r, "straggler"), all_have(&r, "idle_pct"));
+			an_rows_release(&r);
+		}
+	}
+}
+
 /*
  * The bar grows for a span of few steps (sqrt(:effect_steps / steps)): rank 6 is 4 % slower.
  * Over 200 steps it is named (the bar is :min_effect, 3 %); over 25 the bar is 6 % and it is
@@ -931,6 +1039,8 @@ int main(int argc, char **argv)
 		t_gpu("10");
 	else if (!strcmp(t, "gpu5"))
 		t_gpu("5");
+	else if (!strcmp(t, "compute"))
+		t_compute();
 	else if (!strcmp(t, "effect"))
 		t_effect();
 	else if (!strcmp(t, "hang"))

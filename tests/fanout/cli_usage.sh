@@ -57,6 +57,8 @@ usage_error "--min-effect: invalid share '0'" -w a stragglers --min-effect 0
 usage_error "--min-effect: invalid share '100'" -w a stragglers --min-effect 100
 usage_error "--effect-steps: invalid count '-1'" -w a stragglers --effect-steps -1
 usage_error "'--effect-steps' does not apply to 'netcheck'" -w a netcheck --effect-steps 3
+usage_error "--busy-idle: invalid share '101'" -w a stragglers --busy-idle 101
+usage_error "'--busy-idle' does not apply to 'netcheck'" -w a netcheck --busy-idle 20
 usage_error "'--min-effect' does not apply to 'netcheck'" -w a netcheck --min-effect 3
 usage_error "--pings: invalid count '100'" --pings 100 -w a "SELECT 1"
 usage_error "no hosts" stragglers

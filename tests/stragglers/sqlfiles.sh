@@ -64,7 +64,7 @@ done
 mkdir "$T/sql"
 cp "$SRC"/*.sql "$T/sql/"
 sed -i 's/^SELECT .seq. AS kind,/SELECT :foo AS foo, '"'"'seq'"'"' AS kind,/' "$T/sql/stragglers.node.sql"
-sed -i 's/^SELECT .\(last\|now\|rank\|kern\|p2p\).,/SELECT NULL, '"'"'\1'"'"',/' \
+sed -i 's/^SELECT .\(last\|now\|rank\|kern\|p2p\|busy\).,/SELECT NULL, '"'"'\1'"'"',/' \
 	"$T/sql/stragglers.node.sql"
 FLEETQ_SQL_DIR=$T/sql "$FLEETQ" stragglers --show-sql >"$T/out" 2>"$T/err" ||
 	fail "adapted file: $(cat "$T/err")"

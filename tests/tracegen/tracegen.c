@@ -18,6 +18,10 @@
  *   returns later by the same amount (as a job that synchronizes every step sees it), so
  *   only the kernels tell. Each GPU's clock has its own offset.
  *
+ *   With --busy-frac F, fleetq's CUDA injection library is in the job too (gpu_busy): each
+ *   GPU runs compute kernels for F of a step before its collective kernel starts (a slower
+ *   GPU for F plus its P% more), and the rows are its 200 ms slices of that time.
+ *
  * Every node simulates the whole job and writes only its own ranks, and all
  * noise is a hash of (seed, rank, seq), so files generated on several "nodes"
  * with the same job arguments and their own --rank-base form one job.
@@ -43,7 +47,7 @@ struct opts {
 	int slow_rank, hang_rank;
 	double slow_pct;
 	int kernels, gpu_slow_rank;
-	double gpu_slow_pct;
+	double gpu_slow_pct, busy_frac;
 	uint64_t seed;
 };
 
@@ -72,6 +76,8 @@ static const char usage[] =
 	"  --launches K                cuLaunchKernel rows per rank per step (default 2)\n"
 	"  --kernels                   nccl_kernels rows (fleetq's NCCL profiler plugin)\n"
 	"  --gpu-slow-rank R --gpu-slow-pct P  rank R's GPU takes P%% of a step longer\n"
+	"  --busy-frac F               gpu_busy rows (fleetq's CUDA injection library): each\n"
+	"                              GPU computes F of a step before its collective kernel\n"
 	"  --wal                       leave the file in WAL mode (default: rollback journal)\n";
 
 static uint64_t mix(uint64_t x)
@@ -131,7 +137,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		{ "start-ns", 1, 0, 't' },  { "step-ns", 1, 0, 'T' },	{ "launches", 1, 0, 'L' },
 		{ "job-id", 1, 0, 'j' },    { "wal", 0, 0, 'w' },	{ "help", 0, 0, 'h' },
 		{ "kernels", 0, 0, 'K' },   { "gpu-slow-rank", 1, 0, 'G' },
-		{ "gpu-slow-pct", 1, 0, 'g' },
+		{ "gpu-slow-pct", 1, 0, 'g' }, { "busy-frac", 1, 0, 'B' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *hash = NULL;
@@ -188,6 +194,15 @@ static void parse(int argc, char **argv, struct opts *o)
 				exit(2);
 			}
 			break;
+		case 'B':
+			o->busy_frac = strtod(optarg, &end);
+			if (*end || end == optarg || !(o->busy_frac > 0 && o->busy_frac < 0.9)) {
+				fprintf(stderr, "fq-tracegen: --busy-frac '%s': give a share of a step "
+					"above 0 and below 0.9\n", optarg);
+				exit(2);
+			}
+			o->kernels = 1;
+			break;
 		case 'h': fputs(usage, stdout); exit(0);
 		default: fputs(usage, stderr); exit(2);
 		}
@@ -232,7 +247,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 }
 
-enum { S_META, S_PROC, S_COMM, S_COLL, S_CUDA, S_OFF, S_KERN, S_N };
+enum { S_META, S_PROC, S_COMM, S_COLL, S_CUDA, S_OFF, S_KERN, S_BUSY, S_N };
 
 struct gen {
 	const struct opts *o;
@@ -355,7 +370,57 @@ struct rankstate {
 	int64_t prev_wait;  /* sync wait since then */
 	int64_t gpu_arr;    /* --kernels: the collective kernel starts on the GPU */
 	int64_t sync_start, sync_end;
+	int64_t bslice, bbusy; /* --busy-frac: the open 200 ms slice of its GPU, its compute */
+	int nkern;	       /* ... kernels started in it */
 };
+
+#define SLICE_NS 200000000ll
+
+/* Writes local rank l's open slice (ts_ns: the slice, + l, unique in this file). */
+static int put_busy(struct gen *g, int l, struct rankstate *s)
+{
+	sqlite3_stmt *st = g->st[S_BUSY];
+	int rc;
+
+	if (!s->bslice)
+		return 0;
+	sqlite3_bind_int64(st, 1, s->bslice + l);
+	sqlite3_bind_int64(st, 2, pid_of(l));
+	sqlite3_bind_int64(st, 3, s->bbusy);
+	sqlite3_bind_int(st, 4, s->nkern);
+	rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	s->bslice = s->bbusy = 0;
+	s->nkern = 0;
+	if (rc != SQLITE_DONE) {
+		fprintf(stderr, "fq-tracegen: cannot write '%s': %s\n", g->o->out,
+			sqlite3_errmsg(g->db));
+		return -EIO;
+	}
+	g->rows[S_BUSY]++;
+	return 0;
+}
+
+/* Adds [a, b) of compute to local rank l's slices. */
+static int add_busy(struct gen *g, int l, struct rankstate *s, int64_t a, int64_t b)
+{
+	int ret = 0;
+
+	s->nkern++;
+	while (a < b && !ret) {
+		int64_t sl = a - a % SLICE_NS, piece;
+
+		if (sl != s->bslice) {
+			ret = put_busy(g, l, s);
+			s->bslice = sl;
+		}
+		piece = (b < sl + SLICE_NS ? b : sl + SLICE_NS) - a;
+		s->bbusy += piece;
+		a += piece;
+	}
+	return ret;
+}
 
 static int simulate(struct gen *g)
 {
@@ -480,6 +545,15 @@ static int simulate(struct gen *g)
 				sqlite3_bind_int64(st, 10, gpu_end - s->gpu_arr);
 				sqlite3_bind_int64(st, 11, 2 * (gpu_end - s->gpu_arr));
 				ret = step_reset(g, S_KERN);
+				/* its GPU's compute before the kernel (a slower one's longer) */
+				if (o->busy_frac > 0 && !ret) {
+					double f = o->busy_frac + (rank == o->gpu_slow_rank ?
+								   o->gpu_slow_pct / 100.0 : 0);
+
+					ret = add_busy(g, l, s, s->gpu_arr - (int64_t)(f *
+								(double)o->step_ns),
+						       s->gpu_arr);
+				}
 			}
 			s->sync_end = hang ? trace_end :
 					     done + 2000 + (int64_t)(noise(o, rank, seq, N_SYNCEND) *
@@ -498,6 +572,8 @@ static int simulate(struct gen *g)
 						   (0.98 + 0.04 * noise(o, i, seq, N_POST)));
 		}
 	}
+	for (int l = 0; l < o->ranks && !ret; l++)
+		ret = put_busy(g, l, &r[o->rank_base + l]);
 	free(r);
 	return ret;
 }
@@ -517,6 +593,8 @@ static const char *const inserts[S_N] = {
 	[S_KERN] = "INSERT INTO nccl_kernels (ts_ns, host_dur_ns, pid, rank, nranks, nccl_comm, "
 		   "comm_hash, op, seq, count, nchannels, gpu_start_ns, gpu_dur_ns, gpu_ch_ns, "
 		   "partial) VALUES (?,?,?,?,?,?,?,'AllReduce',?,25165824,2,?,?,?,0)",
+	[S_BUSY] = "INSERT INTO gpu_busy (ts_ns, dur_ns, pid, device, busy_ns, nccl_ns, kernels, "
+		   "nccl_kernels, dropped, late_ns) VALUES (?1,200000000,?2,0,?3,0,?4,0,0,0)",
 };
 
 /* Runs, as SQL, the text query returns (one row, or NULL for nothing to do). */
