@@ -14,7 +14,8 @@
 #   its BatchNorm buffers are broadcast every step; gptaccum: the transformer under DDP accumulating gradients
 #   over ACCUM micro-batches a step (4)
 #   ttd: TTD_ARGS passes more train.py arguments (e.g. the transformer's), PHASES_TTD its phases
-#   BINDIR holds agentd, fleetq (static builds carried) and libfleetq-nccl-profiler.so
+#   BINDIR holds agentd, fleetq (static builds carried) and libfleetq-nccl-profiler.so, and
+#   libfleetq-cupti.so (named in CUDA_INJECTION64_PATH where it is there; FQ_CUPTI=0: not)
 set -u
 bin=$(cd "$1" && pwd) out=$2
 shift 2
@@ -95,6 +96,13 @@ keep_traces() { # tag: the agents' trace files, for studying here (KEEP_TRACES=0
 	tar -C /tmp -czf "$out/$1-traces.tgz" $(cd /tmp && ls "fq-$1"*.db 2>/dev/null)
 }
 export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so
+# fleetq's CUDA injection library (each GPU's compute-busy time through CUPTI), where BINDIR
+# has it, unless FQ_CUPTI=0 (train.py --kernels-dir runs CUPTI itself: not both)
+inject=
+if [ -e "$bin/libfleetq-cupti.so" ] && [ "${FQ_CUPTI:-1}" != 0 ]; then
+	inject=$bin/libfleetq-cupti.so
+	export CUDA_INJECTION64_PATH=$inject
+fi
 
 phases_ddp=${PHASES_DDP:-clean1=clean,stall20=stall:20,busy20=busy:20,gpu20=gpu:20,stall10=stall:10,busy10=busy:10,gpu10=gpu:10,clean2=clean,stall20s20=stall:20/s20,busy20s20=busy:20/s20,gpu20s20=gpu:20/s20,clean3=clean/s20,stall10s20=stall:10/s20,busy10s20=busy:10/s20,gpu10s20=gpu:10/s20,stall5=stall:5,gpu5=gpu:5,clean4=clean,busy5=busy:5,clean5=clean/s20,clean6=clean,clean7=clean/s20}
 phases_pipeline=${PHASES_PIPELINE:-pclean1=clean,pstall20=stall:20,pbusy20=busy:20,pgpu20=gpu:20,pgpu10=gpu:10,pstall10=stall:10,pclean2=clean}
@@ -206,18 +214,23 @@ PY
 		;;
 	overhead)
 		# alternating untraced and traced (agents + plugin) DDP runs of the same phases;
-		# OVH_MODES may add "agents" (no plugin), "plugin" (no agents) and "nonvml" (agents
-		# and plugin, the agents' GPU sampler off) to tell their costs apart, OVH_ROUNDS sets
-		# the rounds
+		# OVH_MODES may add "agents" (no plugin), "plugin" (no agents), "nonvml" (agents
+		# and plugin, the agents' GPU sampler off) and "noinject" (agents and plugin, no CUDA
+		# injection library) to tell their costs apart, OVH_ROUNDS sets the rounds
 		for round in ${OVH_ROUNDS:-1 2}; do
 			for mode in ${OVH_MODES:-off on}; do
 				case $mode in
-				on | agents) start_agents "ovh$round" ;;
+				on | agents | noinject) start_agents "ovh$round" ;;
 				nonvml) AGENTD_ARGS="${AGENTD_ARGS:-} --gpu-interval 0" start_agents "ovn$round" ;;
 				esac
 				case $mode in
-				on | plugin | nonvml) export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so ;;
+				on | plugin | nonvml | noinject) export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so ;;
 				*) unset NCCL_PROFILER_PLUGIN ;;
+				esac
+				# (noinject: agents and plugin, no CUDA injection library)
+				case $mode in
+				on | nonvml) [ -n "$inject" ] && export CUDA_INJECTION64_PATH=$inject ;;
+				*) unset CUDA_INJECTION64_PATH ;;
 				esac
 				# (OVH_ARGS, OVH_PHASES: another job, e.g. the transformer's clean phases)
 				FQ_ANALYZE= timeout 200 "$py" -m torch.distributed.run --standalone \
@@ -229,11 +242,12 @@ PY
 				echo "overhead $mode round $round: $(cat "$out/overhead-$mode-$round.jsonl" 2>/dev/null | tr '\n' ' ')"
 				case $mode in
 				on) stop_agents; keep_traces "ovh$round" ;;
-				agents | nonvml) stop_agents ;;
+				agents | nonvml | noinject) stop_agents ;;
 				esac
 			done
 		done
 		export NCCL_PROFILER_PLUGIN=$bin/libfleetq-nccl-profiler.so
+		[ -n "$inject" ] && export CUDA_INJECTION64_PATH=$inject
 		;;
 	esac
 done

@@ -3,7 +3,8 @@
 # Cuts a window of trace files (one per node, as bench/gpu/detect.sh brings them back) into
 # one case file for tests/analysis/real.py: the collectives and plugin rows of
 # [START_NS - 0.5 s, END_NS] (the node SQL reads a little before the window for the step's
-# first seq), every comms and processes row, and meta's host_id.
+# first seq), the GPU-busy slices of the same time where the trace has them, every comms and
+# processes row, and meta's host_id.
 # usage: window.py OUT.json.gz START_NS END_NS TRACE.db...
 #   (detect.sh's phases: a gap of 0.2 s or more in rank 0's collectives ends each one)
 import gzip, json, sqlite3, sys
@@ -16,12 +17,12 @@ def cut(db, start, end, more=()):
     for t, where in ([("collectives", "ts_ns BETWEEN ? AND ?"),
                       ("nccl_kernels", "ts_ns BETWEEN ? AND ?"),
                       ("comms", None), ("processes", None)]
-                     + [(m, "ts_ns BETWEEN ? AND ?") for m in more]):
+                     + [(m, "ts_ns BETWEEN ? AND ?") for m in ("gpu_busy",) + tuple(more)]):
         try:
             cur = db.execute("SELECT * FROM %s%s" % (t, " WHERE " + where if where else ""),
                              (start - 500_000_000, end) if where else ())
         except sqlite3.OperationalError:
-            if t in more:
+            if t in more or t == "gpu_busy":
                 continue
             raise
         tables[t] = {"cols": [c[0] for c in cur.description], "rows": cur.fetchall()}
