@@ -6,8 +6,9 @@
  * call: the library's own is a no-op for agentd's uprobe), loads the library as the CUDA
  * driver does (dlopen, InitializeInjection) and hands it buffers of kernel records shaped
  * as real CUPTI's are: names mangled, records out of order across buffers, NCCL kernels
- * that run beside compute ones and cross slice edges. Every slice the library hands over is
- * checked at exit (the library's own exit handler hands over the last ones first).
+ * that run beside compute ones and cross slice edges, a record whose end is wild. Every slice
+ * the library hands over is checked at exit (the library's own exit handler hands over the
+ * last ones first).
  *   test_cupti LIBFLEETQ_CUPTI.so LIBSCRIPTED_CUPTI.so
  */
 #include <dlfcn.h>
@@ -35,10 +36,16 @@ int script_enabled(void);
 
 static struct fq_busy_rec recs[MAXREC];
 static int nrecs;
+static uint64_t wild_n, wild_busy; /* device 2's slices: a record whose end is wild */
 
 /* The library's hand-over, taken by the executable's definition. */
 __attribute__((visibility("default"))) void fq_gpu_busy_done(const struct fq_busy_rec *r)
 {
+	if (r->device == 2) {
+		wild_n++;
+		wild_busy += r->busy_ns;
+		return;
+	}
 	if (nrecs < MAXREC)
 		recs[nrecs] = *r;
 	nrecs++;
@@ -117,6 +124,10 @@ static void check_at_exit(void)
 			  "device 1: busy %llu dropped %llu", r ? (unsigned long long)r->busy_ns : 0,
 			  r ? (unsigned long long)r->dropped : 0);
 	}
+	/* device 2: a record claiming 11 days, taken for an hour (18,000 slices), no more */
+	CHECK_MSG(wild_n == 18000 && wild_busy == 3600000 * MS,
+		  "device 2: %llu slices, %llu ns of compute, want 18000 and an hour",
+		  (unsigned long long)wild_n, (unsigned long long)wild_busy);
 	fflush(stdout);
 	_exit(check_done("cupti"));
 }
@@ -161,8 +172,9 @@ int main(int argc, char **argv)
 			{ T0 + 1000 * MS, T0 + 1030 * MS, 0, NCCL_PLAIN },
 			{ T0 + 1050 * MS, T0 + 1100 * MS, 0, GEMM },
 			{ T0 + 77 * MS, T0 + 87 * MS, 1, GEMM },
+			{ T0 + 500 * MS, T0 + 500 * MS + 950400000 * MS, 2, GEMM },
 		};
-		CHECK(script_buffer(b, 4, 3) == 0);
+		CHECK(script_buffer(b, 5, 3) == 0);
 	}
 	{
 		/* 3.5 s later: the hold (1.5 s) passes slices 0-9; then a record of 0.6-0.7 s */
