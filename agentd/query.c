@@ -81,6 +81,17 @@ static void *worker(void *arg)
 	wire_buf_init(&b);
 	rc = q->npeers ? query_relay(q, &b, &r) : query_run(q, &b, &r);
 	elapsed = clock_ns(CLOCK_MONOTONIC) - q->start_ns;
+	/* logged before the end frame is handed over: a client that has its answer finds the
+	 * line in the log (tests, and an operator's script, read it right after) */
+	log_line("query peer=%s%s%s addr=%s tls=%s id=%llu rows=%lld bytes=%lld ms=%lld "
+		 "status=%s%s%s%s sql=\"%s\"",
+		 q->peer, q->on_behalf ? " for=" : "",
+		 q->on_behalf ? log_escape(who, sizeof(who), q->on_behalf, 200) : "", q->addr,
+		 q->tls, (unsigned long long)q->id, (long long)r.rows,
+		 (long long)r.bytes, (long long)(elapsed / 1000000),
+		 rc == -ECANCELED ? "cancelled" : status_word(r.status), r.msg ? " error=\"" : "",
+		 r.msg ? log_escape(msg, sizeof(msg), r.msg, 200) : "", r.msg ? "\"" : "",
+		 log_escape(sql, sizeof(sql), q->sql, 200));
 	if (rc != -ECANCELED) {
 		struct wire_end e = {
 			.id = q->id,
@@ -102,15 +113,6 @@ static void *worker(void *arg)
 	} else {
 		query_pool_free_slot(p);
 	}
-	log_line("query peer=%s%s%s addr=%s tls=%s id=%llu rows=%lld bytes=%lld ms=%lld "
-		 "status=%s%s%s%s sql=\"%s\"",
-		 q->peer, q->on_behalf ? " for=" : "",
-		 q->on_behalf ? log_escape(who, sizeof(who), q->on_behalf, 200) : "", q->addr,
-		 q->tls, (unsigned long long)q->id, (long long)r.rows,
-		 (long long)r.bytes, (long long)(elapsed / 1000000),
-		 rc == -ECANCELED ? "cancelled" : status_word(r.status), r.msg ? " error=\"" : "",
-		 r.msg ? log_escape(msg, sizeof(msg), r.msg, 200) : "", r.msg ? "\"" : "",
-		 log_escape(sql, sizeof(sql), q->sql, 200));
 	wire_buf_release(&b);
 	free(r.msg);
 	query_unref(q);

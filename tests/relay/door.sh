@@ -17,16 +17,6 @@ for k in 0 1 2 3; do
 		--steps 5 >"$T/gen.log" 2>&1 || fail "fq-tracegen node$k"
 done
 Q="SELECT count(*) AS n FROM collectives"
-# log_has PATTERN FILE: agentd logs a query once its last frame is handed over, so fleetq
-# may have the answer first (seen under a parallel ctest): wait for the line, 5 s at most
-log_has() {
-	_i=0
-	while ! grep -q "$1" "$2"; do
-		_i=$((_i + 1))
-		[ $_i -lt 50 ] || return 1
-		sleep 0.1
-	done
-}
 
 start_agent a "$T/n0.db" ca; PA=$PORT
 # B serves ops-* clients and the nodes (whose certificates relays use)
@@ -46,28 +36,20 @@ fq -w "127.0.0.1:$PA,127.0.0.1:$PB" --tree-width 1 --format tsv "$Q"
 [ "$RC" != 0 ] || fail "refused client got B's rows through the relay"
 grep -q "^127.0.0.1:$PB	" "$T/out" && fail "refused client got B's rows: $(cat "$T/out")"
 expect_err "client 'fleetq-client', through relay '127.0.0.1', is not allowed by this agent's --allow-client"
-log_has "query peer=127.0.0.1 for=fleetq-client .*status=auth" "$T/b.log" ||
+grep -q "query peer=127.0.0.1 for=fleetq-client .*status=auth" "$T/b.log" ||
 	fail "B's log does not name the client behind the relay"
 # 2. ops-alice through the same relay: served, and B's log names her.
 alice -w "127.0.0.1:$PA,127.0.0.1:$PB" --tree-width 1 --format tsv "$Q"
 expect_rc 0 "allowed client through the relay"
 grep -q "^127.0.0.1:$PB	5$" "$T/out" || fail "no rows of B for ops-alice: $(cat "$T/out")"
-log_has "query peer=127.0.0.1 for=ops-alice .*status=ok" "$T/b.log" ||
+grep -q "query peer=127.0.0.1 for=ops-alice .*status=ok" "$T/b.log" ||
 	fail "B's log does not name ops-alice behind the relay"
 
 # 3. A relay does not dial itself: 127.0.0.2 is one of its addresses on its port
 # (fleetq itself merges "127.0.0.1:0PORT" into "127.0.0.1:PORT" before sending).
-sleep 0.5 # (the relay's lines of the queries above, written after their answers)
 n0=$(grep -c "query peer=" "$T/a.log")
 fq -w "127.0.0.1:$PA,127.0.0.2:$PA,127.0.0.1:$PB" --tree-width 1 --format tsv "$Q"
 expect_err "this is the relay itself: not dialled again"
-# (its log line may follow the answer: wait for one more, then long enough for a second)
-_i=0
-while [ "$(grep -c "query peer=" "$T/a.log")" -le "$n0" ] && [ $_i -lt 50 ]; do
-	_i=$((_i + 1))
-	sleep 0.1
-done
-sleep 0.5
 n1=$(grep -c "query peer=" "$T/a.log")
 [ $((n1 - n0)) = 1 ] || fail "relay A ran $((n1 - n0)) queries for one: it dialled itself"
 
