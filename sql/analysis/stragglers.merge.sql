@@ -457,17 +457,18 @@ guni AS (
 -- The compute stream (fleetq's CUDA injection library, 'busy' rows): a GPU slower than its
 -- peers idles least, while theirs idle in collectives waiting on it. Each process's buckets
 -- of slices on the coordinator's clock (numbers only, under a day; a process that drives
--- several GPUs, or whose CUPTI dropped records, is left out)
+-- several GPUs, or whose CUPTI dropped records, is left out: one pass over the 'busy'
+-- rows, not a lookup of them per bucket)
 bsl AS MATERIALIZED (
 	SELECT b.node, b.pid, (j.value ->> 0) - coalesce(k.offset_ns, 0) AS t0, j.value ->> 1 AS d,
 	       j.value ->> 2 AS busy
-	FROM results b LEFT JOIN koff k ON k.node = b.node CROSS JOIN json_each(b.by_seq) j
-	WHERE b.kind = 'busy' AND json_valid(b.by_seq) AND coalesce(b.count, 0) = 0
+	FROM (SELECT node, pid, max(by_seq) AS by_seq FROM results WHERE kind = 'busy'
+	      GROUP BY node, pid HAVING count(*) = 1 AND max(coalesce(count, 0)) = 0) b
+	LEFT JOIN koff k ON k.node = b.node CROSS JOIN json_each(b.by_seq) j
+	WHERE json_valid(b.by_seq)
 	  AND typeof(j.value ->> 0) = 'integer' AND typeof(j.value ->> 1) = 'integer'
 	  AND typeof(j.value ->> 2) = 'integer' AND j.value ->> 1 BETWEEN 1 AND 86400000000000
 	  AND j.value ->> 2 BETWEEN 0 AND j.value ->> 1
-	  AND NOT EXISTS (SELECT 1 FROM results b2 WHERE b2.kind = 'busy' AND b2.node = b.node
-			  AND b2.pid = b.pid AND b2.tid IS NOT b.tid)
 ),
 -- the ranks of each communicator, CPU side or plugin side (a communicator whose init agentd
 -- did not see has only the latter)
