@@ -11,8 +11,9 @@
 # first collective to its last (its loss: against the clean job of its shape, and as noisy as
 # this machine: 8 ranks on 2 cores vary by 10 % and more from job to job). Not a test: it
 # records hits, misses and false positives for BENCHMARKS.md.
-# usage: bench/shapes.sh [ddp] [load] [pipe]   (default: all three; as root; env as ctest gives
-#   stragglers_live-ddp: FLEETQ, AGENTD, TRACEGEN, MKCERTS, STANDIN, PLUGIN, FLEETQ_SQL_DIR;
+# usage: bench/shapes.sh [ddp] [fsdp] [load] [pipe]   (default: all four; as root; env as ctest
+#   gives stragglers_live-compute: FLEETQ, AGENTD, TRACEGEN, MKCERTS, STANDIN, PLUGIN, CUPTI,
+#   FLEETQ_SQL_DIR; without CUPTI, no CUDA injection library;
 #   e.g. from `ctest -R stragglers_live-ddp -V`); SHAPES_KEEP=DIR: the agents' trace files are
 #   copied there at the end (job ids: CASE-<pid of this script>)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,19 +22,22 @@ export FQ_TESTS=$here/../tests
 . "$here/../tests/standin/live-agents.sh"
 live_agents fqshapes
 
-sections=${*:-ddp load pipe}
+sections=${*:-ddp fsdp load pipe}
 want() { case " $sections " in *" $1 "*) return 0 ;; esac; return 1; }
 
 job() { # NAME PLANTED fq-workload-args... (a --shape among them replaces ddp)
 	local case=$1 name=$1-$$ planted=$2 line rc ms
 	shift 2
-	NCCL_PROFILER_PLUGIN=$PLUGIN "$STANDIN/fq-workload" --ranks 8 --steps 120 --shape ddp \
+	CUDA_INJECTION64_PATH=${CUPTI:-} NCCL_PROFILER_PLUGIN=$PLUGIN \
+		"$STANDIN/fq-workload" --ranks 8 --steps 120 --shape ddp \
 		--buckets 4 --step-us 1000 --kernel-us 4000 --job-id "$name" --cgroup-parent "$CG" \
 		--cgroups 4 "$@" >"$T/$name.log" 2>&1 || { echo "$name: fq-workload failed"; return; }
 	sleep 2 # the agents store the job's last collectives
 	fq -w "$HOSTS" stragglers --since 5m --job "$name"
 	line=$(sed -n 's/^straggler: rank \([0-9]*\) .*(costs its \(peers\|job about\) \([0-9.]*%\) of the span.*)$/\1 (\3)/p' \
 		"$T/out" | head -n 1)
+	# (and the signals that name it)
+	[ -z "$line" ] || line="$line $(sed -n 's/^  signals that name it: \([^ ]*\) .*/\1/p' "$T/out" | head -n 1)"
 	# (no verdict: what fleetq said instead)
 	[ "$RC" -le 1 ] || line="no verdict: $(head -n 1 "$T/out")"
 	rc=$RC
@@ -56,6 +60,14 @@ want ddp && for b in "" --blocking; do
 	job "${tag}gpu50s20" 5 --sync-every 20 --slow-rank 5 --slow-pct 50 --slow-kind gpu $b
 	job "${tag}clean-s20" - --sync-every 20 $b
 done
+# FSDP-shaped (an all-gather and a reduce-scatter per layer): with CUPTI set (fleetq's CUDA
+# injection library) each rank's compute stream too
+want fsdp && {
+	job fsdp-clean - --shape fsdp --sync-every 1
+	job fsdp-gpu30 1 --shape fsdp --sync-every 1 --slow-rank 1 --slow-pct 30 --slow-kind gpu
+	job fsdp-stall50 4 --shape fsdp --sync-every 1 --slow-rank 4 --slow-pct 50 --slow-kind stall
+	job fsdp-clean-s20 - --shape fsdp --sync-every 20
+}
 want load && {
 	hogs=()
 	for _ in $(seq "$(nproc)") $(seq "$(nproc)"); do
