@@ -28,6 +28,7 @@
  *   are looked up; no setter is declared here at all.
  */
 #include <dlfcn.h>
+#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -101,6 +102,93 @@ static void load_syms(struct gpu_sampler *g)
 	SYM(evset_free, "nvmlEventSetFree");
 	SYM(register_events, "nvmlDeviceRegisterEvents");
 	SYM(evset_wait, "nvmlEventSetWait_v2");
+	SYM(gpm_support, "nvmlGpmQueryDeviceSupport");
+	SYM(gpm_alloc, "nvmlGpmSampleAlloc");
+	SYM(gpm_free, "nvmlGpmSampleFree");
+	SYM(gpm_get, "nvmlGpmSampleGet");
+	SYM(gpm_metrics, "nvmlGpmMetricsGet");
+}
+
+/* GPM on GPU u: two samples to take in turn, where the GPU and the library offer it. */
+static void gpm_setup(struct gpu_sampler *g, struct gpu *u)
+{
+	nvmlGpmSupport_t sup = { .version = NVML_GPM_SUPPORT_VERSION };
+
+	if (!g->f.gpm_support || !g->f.gpm_alloc || !g->f.gpm_free || !g->f.gpm_get ||
+	    !g->f.gpm_metrics || g->f.gpm_support(u->dev, &sup) != NVML_SUCCESS ||
+	    !sup.isSupportedDevice) {
+		u->unsupported |= 1u << F_GPM;
+		return;
+	}
+	if (!g->gpm_q && !(g->gpm_q = calloc(1, sizeof(*g->gpm_q)))) {
+		u->unsupported |= 1u << F_GPM;
+		return;
+	}
+	if (g->f.gpm_alloc(&u->gpm[0]) != NVML_SUCCESS) {
+		u->gpm[0] = NULL;
+		u->unsupported |= 1u << F_GPM;
+	} else if (g->f.gpm_alloc(&u->gpm[1]) != NVML_SUCCESS) {
+		g->f.gpm_free(u->gpm[0]);
+		u->gpm[0] = u->gpm[1] = NULL;
+		u->unsupported |= 1u << F_GPM;
+	}
+}
+
+/* per mille from GPM's percent; NULL for what is not a share */
+static int32_t gpm_pm(const nvmlGpmMetric_t *m)
+{
+	if (m->nvmlReturn != NVML_SUCCESS || !(m->value >= 0 && m->value <= 100.5))
+		return REC_NULL32;
+	return (int32_t)(m->value * 10 + 0.5);
+}
+
+/*
+ * Takes GPU u's GPM sample and, from its second on, sets u->act to the activity over the
+ * interval since the previous one (dur_ns 0: none). A GPU that answers NOT_SUPPORTED is not
+ * asked again; any other failure loses this interval only (the next starts afresh).
+ */
+static void gpm_sample(struct gpu_sampler *g, struct gpu *u, int64_t ts_ns)
+{
+	static const unsigned int ids[] = { NVML_GPM_METRIC_SM_UTIL, NVML_GPM_METRIC_SM_OCCUPANCY,
+					    NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+					    NVML_GPM_METRIC_DRAM_BW_UTIL };
+	nvmlGpmMetricsGet_t *q = g->gpm_q;
+	struct rec_gpu_act *a = &u->act;
+	int64_t now = clock_ns(CLOCK_MONOTONIC);
+	int c = u->gpm_cur;
+
+	*a = (struct rec_gpu_act){ .ts_ns = ts_ns, .uuid = u->uuid[0] ? u->uuid : NULL,
+				   .gpu_index = u->index };
+	if (skip(u, F_GPM) || !u->gpm[0])
+		return;
+	if (!ok(g, u, F_GPM, g->f.gpm_get(u->dev, u->gpm[c]))) {
+		u->gpm_prev_ns = 0;
+		return;
+	}
+	u->gpm_cur = !c;
+	if (!u->gpm_prev_ns) {
+		u->gpm_prev_ns = now;
+		return;
+	}
+	memset(q, 0, offsetof(nvmlGpmMetricsGet_t, metrics) + sizeof(ids) / sizeof(ids[0]) *
+							       sizeof(q->metrics[0]));
+	q->version = NVML_GPM_METRICS_GET_VERSION;
+	q->numMetrics = sizeof(ids) / sizeof(ids[0]);
+	q->sample1 = u->gpm[!c];
+	q->sample2 = u->gpm[c];
+	for (unsigned int i = 0; i < q->numMetrics; i++)
+		q->metrics[i].metricId = ids[i];
+	a->dur_ns = now - u->gpm_prev_ns;
+	u->gpm_prev_ns = now;
+	if (g->f.gpm_metrics(q) != NVML_SUCCESS) {
+		a->dur_ns = 0;
+		g->st.failed_calls++;
+		return;
+	}
+	a->sm_active_pm = gpm_pm(&q->metrics[0]);
+	a->sm_occupancy_pm = gpm_pm(&q->metrics[1]);
+	a->tensor_pm = gpm_pm(&q->metrics[2]);
+	a->dram_bw_pm = gpm_pm(&q->metrics[3]);
 }
 
 /* What does not change while the driver is loaded. */
@@ -142,6 +230,7 @@ static void read_static(struct gpu_sampler *g, struct gpu *u)
 	    g->f.register_events(u->dev, NVML_EVENT_TYPE_XID, g->evset) != NVML_SUCCESS)
 		u->xid_count = REC_NULL;
 	u->xid_last = REC_NULL32;
+	gpm_setup(g, u);
 }
 
 struct gpu_sampler *gpu_sampler_new(const char *lib, char **cause)
@@ -371,6 +460,7 @@ static void sample_one(struct gpu_sampler *g, struct gpu *u, struct rec_gpu *r)
 	GET32(pcie_gen, F_PCIE_GEN, CALL(pcie_gen, u->dev, &v));
 	GET32(pcie_width, F_PCIE_WIDTH, CALL(pcie_width, u->dev, &v));
 	GET32(pcie_replays, F_PCIE_REPLAY, CALL(pcie_replay, u->dev, &v));
+	gpm_sample(g, u, r->ts_ns);
 
 #undef GET32
 #undef GET64
@@ -419,6 +509,14 @@ int gpu_sampler_sample(struct gpu_sampler *g, int64_t ts_ns,
 	return g->n;
 }
 
+bool gpu_sampler_activity(const struct gpu_sampler *g, int i, struct rec_gpu_act *a)
+{
+	if (i < 0 || i >= g->n || g->gpu[i].act.dur_ns <= 0)
+		return false;
+	*a = g->gpu[i].act;
+	return true;
+}
+
 void gpu_sampler_get_stats(const struct gpu_sampler *g, struct gpu_sampler_stats *st)
 {
 	*st = g->st;
@@ -432,6 +530,11 @@ void gpu_sampler_free(struct gpu_sampler *g)
 		return;
 	if (g->evset && g->f.evset_free)
 		g->f.evset_free(g->evset);
+	for (int i = 0; i < g->n; i++)
+		for (int k = 0; k < 2; k++)
+			if (g->gpu[i].gpm[k])
+				g->f.gpm_free(g->gpu[i].gpm[k]);
+	free(g->gpm_q);
 	if (g->inited)
 		g->f.shutdown();
 	/* NVML leaves threads and handlers behind on some drivers: keep it mapped */

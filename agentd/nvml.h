@@ -9,6 +9,7 @@
 #ifndef FLEETQ_AGENTD_NVML_H
 #define FLEETQ_AGENTD_NVML_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "records.h"
 
@@ -47,6 +48,13 @@ const char *gpu_sampler_describe(const struct gpu_sampler *g);
  */
 int gpu_sampler_sample(struct gpu_sampler *g, int64_t ts_ns,
 		       int (*emit)(void *arg, const struct rec_gpu *r), void *arg);
+
+/*
+ * What the i-th GPU's SMs did over the interval its latest sample ended (NVML's GPU
+ * performance monitoring, GPM: Hopper and later): false where there is none (no GPM, the
+ * GPU's first sample, a failed call). uuid points into the sampler.
+ */
+bool gpu_sampler_activity(const struct gpu_sampler *g, int i, struct rec_gpu_act *a);
 
 /* A traced process, as the tracer knows it. */
 struct gpu_proc {

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "nvml.h"
+#include "records.h"
 
 /* ---- NVML ABI, from nvml.h ---- */
 
@@ -65,7 +66,40 @@ typedef struct {
 	unsigned int gpuInstanceId, computeInstanceId;
 } nvmlEventData_t;
 
+/*
+ * GPU performance monitoring (GPM, Hopper and later): the driver counts what the SMs did
+ * between two samples. nvmlGpmMetricsGet_t's metrics[] is declared with
+ * NVML_GPM_METRIC_MAX entries (98, then 210, then 333 as headers grew); the library reads
+ * and fills numMetrics of them, and fleetq's copy is allocated with the largest size seen.
+ */
+typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+typedef struct {
+	unsigned int version; /* NVML_GPM_SUPPORT_VERSION */
+	unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+typedef struct {
+	unsigned int metricId;
+	nvmlReturn_t nvmlReturn;
+	double value;
+	struct {
+		char *shortName, *longName, *unit;
+	} metricInfo;
+} nvmlGpmMetric_t;
+#define NVML_GPM_SUPPORT_VERSION 1
+#define NVML_GPM_METRICS_GET_VERSION 1
+#define NVML_GPM_METRIC_SM_UTIL 2	  /* share of SMs busy, % */
+#define NVML_GPM_METRIC_SM_OCCUPANCY 3	  /* warps resident against the most possible, % */
+#define NVML_GPM_METRIC_ANY_TENSOR_UTIL 5 /* tensor pipes busy, % */
+#define NVML_GPM_METRIC_DRAM_BW_UTIL 10	  /* DRAM bandwidth used against the peak, % */
+#define GPM_METRIC_SLOTS 512
+typedef struct {
+	unsigned int version, numMetrics;
+	nvmlGpmSample_t sample1, sample2;
+	nvmlGpmMetric_t metrics[GPM_METRIC_SLOTS];
+} nvmlGpmMetricsGet_t;
+
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t layout");
+_Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t layout");
 _Static_assert(sizeof(nvmlProcessInfo_t) == 24, "nvmlProcessInfo_v2_t layout");
 
 struct nvml_fns {
@@ -100,6 +134,11 @@ struct nvml_fns {
 	nvmlReturn_t (*evset_free)(nvmlEventSet_t);
 	nvmlReturn_t (*register_events)(nvmlDevice_t, unsigned long long, nvmlEventSet_t);
 	nvmlReturn_t (*evset_wait)(nvmlEventSet_t, nvmlEventData_t *, unsigned int);
+	nvmlReturn_t (*gpm_support)(nvmlDevice_t, nvmlGpmSupport_t *);
+	nvmlReturn_t (*gpm_alloc)(nvmlGpmSample_t *);
+	nvmlReturn_t (*gpm_free)(nvmlGpmSample_t);
+	nvmlReturn_t (*gpm_get)(nvmlDevice_t, nvmlGpmSample_t);
+	nvmlReturn_t (*gpm_metrics)(nvmlGpmMetricsGet_t *);
 };
 
 /* Per-GPU fields whose call answered NOT_SUPPORTED: not asked again. */
@@ -121,6 +160,7 @@ enum {
 	F_NVL_RECOVERY,
 	F_NVL_CRC,
 	F_PROCS,
+	F_GPM,
 	F_MAX
 };
 
@@ -139,6 +179,10 @@ struct gpu {
 	uint32_t unsupported; /* bit per F_* */
 	int64_t xid_count;
 	int32_t xid_last;
+	nvmlGpmSample_t gpm[2]; /* GPM: the previous sample and the one taken now */
+	int gpm_cur;		/* which of them the next sample goes to */
+	int64_t gpm_prev_ns;	/* when the previous one was taken (0: none yet) */
+	struct rec_gpu_act act; /* over the interval the latest sample ended (dur_ns 0: none) */
 };
 
 /* A traced process the mapper has looked at. */
@@ -164,6 +208,7 @@ struct gpu_sampler {
 	struct seen *seen;
 	int nseen, capseen;
 	struct gpu_sampler_stats st;
+	nvmlGpmMetricsGet_t *gpm_q; /* one query, reused (20 KB) */
 };
 
 /*

@@ -78,6 +78,12 @@ static void *gpu_main(void *arg)
 
 			pthread_mutex_unlock(&t->mu);
 			gpu_sampler_sample(t->g, clock_ns(CLOCK_REALTIME), put_gpu, t->st);
+			for (int i = 0; i < gpu_sampler_count(t->g); i++) {
+				struct rec rec = { .kind = REC_GPU_ACT };
+
+				if (gpu_sampler_activity(t->g, i, &rec.u.gpu_act))
+					store_put(t->st, &rec);
+			}
 			if (t->o.list_procs)
 				np = t->o.list_procs(t->o.arg, t->procs, MAX_PROCS);
 			if (np > 0)

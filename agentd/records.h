@@ -32,7 +32,8 @@ enum rec_kind {
 	REC_GPU,         /* one GPU's NVML sample (agentd/nvml.c) */
 	REC_PROCESS_GPU, /* a process uses a GPU; first sighting per (pid, start_ns, GPU, source) */
 	REC_BUSY,        /* a slice of one GPU's time (fleetq's CUDA injection library) */
-	REC_KIND_MAX = REC_BUSY,
+	REC_GPU_ACT,     /* what one GPU's SMs did since its previous sample (NVML GPM) */
+	REC_KIND_MAX = REC_GPU_ACT,
 };
 
 struct rec_process {
@@ -139,6 +140,13 @@ struct rec_gpu {
 	int32_t pcie_gen, pcie_width, pcie_gen_max, pcie_width_max, pcie_replays;
 };
 
+/* gpu_activity: GPM's metrics over [ts_ns - dur_ns, ts_ns], in per mille */
+struct rec_gpu_act {
+	int64_t ts_ns, dur_ns;
+	const char *uuid;
+	int32_t gpu_index, sm_active_pm, sm_occupancy_pm, tensor_pm, dram_bw_pm;
+};
+
 struct rec_process_gpu {
 	int64_t ts_ns, pid, start_ns, gpu_index;
 	const char *gpu_uuid, *source;
@@ -160,6 +168,7 @@ struct rec {
 		struct rec_gpu gpu;
 		struct rec_process_gpu process_gpu;
 		struct rec_busy busy;
+		struct rec_gpu_act gpu_act;
 	} u;
 };
 

@@ -24,7 +24,7 @@
 /* Tables with an index on ts_ns: retention deletes from these by time. */
 static const char *const ts_tables[] = {
 	"collectives", "cuda_calls", "offcpu", "tcp_retransmits", "ib_counters", "nccl_groups",
-	"nccl_kernels", "gpu_samples", "gpu_busy",
+	"nccl_kernels", "gpu_samples", "gpu_busy", "gpu_activity",
 };
 #define N_TS_TABLES (sizeof(ts_tables) / sizeof(ts_tables[0]))
 

@@ -242,6 +242,19 @@ static const struct rec_col gpu_cols[] = {
 };
 #undef R
 
+#define R rec_gpu_act
+static const struct rec_col gpu_act_cols[] = {
+	COL(I64, ts_ns),
+	COL(I64, dur_ns),
+	COL(I32, gpu_index),
+	COL_AS(TEXT, "gpu_uuid", uuid),
+	COL(I32, sm_active_pm),
+	COL(I32, sm_occupancy_pm),
+	COL(I32, tensor_pm),
+	COL(I32, dram_bw_pm),
+};
+#undef R
+
 #define R rec_process_gpu
 static const struct rec_col process_gpu_cols[] = {
 	COL(I64, pid),
@@ -280,6 +293,7 @@ const struct rec_table rec_tables[REC_KIND_MAX + 1] = {
 	[REC_PROCESS_GPU] = { TABLE("process_gpus", rec_process_gpu, process_gpu_cols),
 			      .conflict = CONFLICT_IGNORE },
 	[REC_BUSY] = { TABLE("gpu_busy", rec_busy, busy_cols), .ts_key = true },
+	[REC_GPU_ACT] = { TABLE("gpu_activity", rec_gpu_act, gpu_act_cols) },
 };
 
 /* "a, b, c" from the columns [from, to) of t, or "a = coalesce(excluded.a, a), ..." */

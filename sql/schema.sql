@@ -199,6 +199,23 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
 );
 CREATE INDEX IF NOT EXISTS gpu_samples_ts ON gpu_samples (ts_ns);
 
+-- What each GPU's SMs did between two samples, from NVML's GPU performance monitoring (GPM:
+-- Hopper and later; none on an older GPU or driver): one row per GPU per sample after its
+-- first, averaged over the GPU (every process on it) and over [ts_ns - dur_ns, ts_ns]. A GPU
+-- that waits in NCCL keeps a few SMs busy (its channels), one that computes keeps nearly
+-- all: docs/analysis.md. A new table, as gpu_samples. Values in per mille (0-1000).
+CREATE TABLE IF NOT EXISTS gpu_activity (
+	ts_ns           INTEGER NOT NULL, -- the sample that ends the interval (gpu_samples.ts_ns)
+	dur_ns          INTEGER NOT NULL, -- since the GPU's previous sample
+	gpu_index       INTEGER NOT NULL,
+	gpu_uuid        TEXT,
+	sm_active_pm    INTEGER,          -- SMs busy, averaged over the interval (GPM SM_UTIL)
+	sm_occupancy_pm INTEGER,          -- warps resident against the most the SMs hold
+	tensor_pm       INTEGER,          -- tensor pipes busy (any precision)
+	dram_bw_pm      INTEGER           -- DRAM bandwidth used against its peak
+);
+CREATE INDEX IF NOT EXISTS gpu_activity_ts ON gpu_activity (ts_ns);
+
 -- Each GPU's time in slices, from fleetq's CUDA injection library (libfleetq-cupti.so,
 -- CUDA_INJECTION64_PATH) over CUPTI's kernel activity: one row per GPU per 200 ms slice in
 -- which a kernel ran (a slice with none has no row: idle). A new table, as gpu_samples.

@@ -125,6 +125,13 @@ want = []
 for lr in range(4):
     want += [(lr, "local_rank", 3 - lr), (lr, "nvml", (lr + 1) % 4)]
 assert m == want, m
+# GPM (the fake's 90 % of SMs busy): an interval per GPU per sample after its first, ending
+# at that sample, its length the interval's
+act = q("""SELECT a.gpu_index, count(*), min(a.sm_active_pm), max(a.sm_active_pm),
+                  min(a.dur_ns), max(a.dur_ns) FROM gpu_activity a
+           JOIN gpu_samples s USING (ts_ns, gpu_index, gpu_uuid) GROUP BY a.gpu_index""")
+assert [(g, n) for g, n, *_ in act] == [(g, per[g] - 1) for g in range(4)], (act, per)
+assert all(lo == hi == 900 and 100e6 <= d0 and d1 <= 1e9 for _, _, lo, hi, d0, d1 in act), act
 meta = dict(q("SELECT key, value FROM meta WHERE key LIKE 'gpu%'"))
 assert meta["gpu_sample_ns"] > 0 and meta["gpu_samples"] == per[0], meta
 print("gpu_samples per GPU:", per, "median gap ms:", gap / 1e6,

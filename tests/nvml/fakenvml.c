@@ -11,13 +11,17 @@
  *   init_fail CODE          nvmlInit_v2 returns CODE
  *   gpu I KEY VALUE         GPU I's value: sm_clock, mem_clock, reasons, temp, power,
  *                           power_limit, util, pcie_gen, pcie_width, pcie_replay, ecc_unc,
- *                           ecc_cor, remap_cor
+ *                           ecc_cor, remap_cor; GPM's metrics in per mille: sm_active,
+ *                           sm_occupancy, tensor, dram_bw (reported as percent, /10)
  *   gpu I fail KEY          that call returns NVML_ERROR_UNKNOWN (999) on GPU I
- *   gpu I unsupported KEY   ... NVML_ERROR_NOT_SUPPORTED (KEY nvlink: no NVLink at all)
+ *   gpu I unsupported KEY   ... NVML_ERROR_NOT_SUPPORTED (KEY nvlink: no NVLink at all;
+ *                           KEY gpm: the GPU says it has no GPM, as before Hopper;
+ *                           fail gpm: nvmlGpmSampleGet fails)
  *   proc PID I              the driver lists PID as a compute process of GPU I
  *   xid I NUM               one XID event NUM on GPU I (delivered once)
  * Every GPU is otherwise healthy: SM 1980/1980 MHz, memory 2619/2619 MHz, 45 C,
- * 300 W of 700 W, 90%/40% busy, PCIe gen 5 x16, 18 NVLinks up, no errors;
+ * 300 W of 700 W, 90%/40% busy, PCIe gen 5 x16, 18 NVLinks up, no errors, GPM
+ * SMs 90.0% active, 50.0% occupancy, tensor 40.0%, DRAM 30.0% between any two samples;
  * UUID GPU-fa4e0000-0000-4000-8000-00000000000I, bus id 00000000:I1:00.0.
  */
 #include <stdio.h>
@@ -40,10 +44,12 @@ typedef int nvmlReturn_t;
 #define MAX_XIDS 64
 
 enum { K_SM, K_MEM, K_REASONS, K_TEMP, K_POWER, K_UTIL, K_PCIE_GEN, K_PCIE_WIDTH,
-       K_PCIE_REPLAY, K_ECC_UNC, K_ECC_COR, K_REMAP, K_NVLINK, K_POWER_LIMIT, K_MAX };
+       K_PCIE_REPLAY, K_ECC_UNC, K_ECC_COR, K_REMAP, K_NVLINK, K_POWER_LIMIT, K_GPM,
+       K_SM_ACTIVE, K_SM_OCC, K_TENSOR, K_DRAM_BW, K_MAX };
 static const char *const key_names[K_MAX] = {
 	"sm_clock", "mem_clock", "reasons", "temp", "power", "util", "pcie_gen",
 	"pcie_width", "pcie_replay", "ecc_unc", "ecc_cor", "remap_cor", "nvlink", "power_limit",
+	"gpm", "sm_active", "sm_occupancy", "tensor", "dram_bw",
 };
 
 struct fgpu {
@@ -79,6 +85,10 @@ static void defaults(void)
 		v[K_PCIE_GEN] = 5;
 		v[K_PCIE_WIDTH] = 16;
 		v[K_POWER_LIMIT] = 700000;
+		v[K_SM_ACTIVE] = 900;
+		v[K_SM_OCC] = 500;
+		v[K_TENSOR] = 400;
+		v[K_DRAM_BW] = 300;
 	}
 }
 
@@ -451,5 +461,94 @@ nvmlReturn_t nvmlEventSetWait_v2(void *set, nvmlEventData_t *ev, unsigned int ms
 	ev->eventType = 0x8;
 	ev->eventData = (unsigned long long)cf.xid_num[xids_delivered];
 	xids_delivered++;
+	return OK;
+}
+
+/*
+ * GPM: a sample remembers its GPU and when it was taken (a counter); metrics come from the
+ * config of the second sample's GPU, for two samples of one GPU taken in that order.
+ */
+typedef struct {
+	unsigned int version, isSupportedDevice;
+} nvmlGpmSupport_t;
+struct fsample {
+	int magic, gpu;
+	unsigned long long at;
+};
+#define SAMPLE_MAGIC 0x67706d31
+static unsigned long long samples_taken;
+typedef struct {
+	unsigned int metricId;
+	nvmlReturn_t nvmlReturn;
+	double value;
+	struct {
+		char *shortName, *longName, *unit;
+	} metricInfo;
+} nvmlGpmMetric_t;
+typedef struct {
+	unsigned int version, numMetrics;
+	struct fsample *sample1, *sample2;
+	nvmlGpmMetric_t metrics[210]; /* NVML_GPM_METRIC_MAX of the 535 drivers' header */
+} nvmlGpmMetricsGet_t;
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t d, nvmlGpmSupport_t *s)
+{
+	int i = (load(), gidx(d));
+
+	if (i < 0 || !s || s->version != 1)
+		return E_INVALID;
+	s->isSupportedDevice = cf.g[i].rc[K_GPM] != E_NOT_SUPPORTED;
+	return OK;
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(struct fsample **s)
+{
+	if (!s || !(*s = calloc(1, sizeof(**s))))
+		return E_INVALID;
+	(*s)->magic = SAMPLE_MAGIC;
+	(*s)->gpu = -1;
+	return OK;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(struct fsample *s)
+{
+	if (!s || s->magic != SAMPLE_MAGIC)
+		return E_INVALID;
+	s->magic = 0;
+	free(s);
+	return OK;
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, struct fsample *s)
+{
+	DEV(d, K_GPM);
+	(void)v_;
+	if (!s || s->magic != SAMPLE_MAGIC)
+		return E_INVALID;
+	s->gpu = i_;
+	s->at = ++samples_taken;
+	return OK;
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *q)
+{
+	const struct fsample *a, *b;
+
+	load();
+	if (!q || q->version != 1 || q->numMetrics > 210)
+		return E_INVALID;
+	a = q->sample1;
+	b = q->sample2;
+	if (!a || !b || a->magic != SAMPLE_MAGIC || b->magic != SAMPLE_MAGIC || a->gpu < 0 ||
+	    a->gpu != b->gpu || a->at >= b->at)
+		return E_INVALID;
+	for (unsigned int k = 0; k < q->numMetrics; k++) {
+		nvmlGpmMetric_t *m = &q->metrics[k];
+		int key = m->metricId == 2 ? K_SM_ACTIVE : m->metricId == 3 ? K_SM_OCC :
+			  m->metricId == 5 ? K_TENSOR : m->metricId == 10 ? K_DRAM_BW : -1;
+
+		m->nvmlReturn = key < 0 ? E_NOT_SUPPORTED : OK;
+		m->value = key < 0 ? 0 : cf.g[b->gpu].v[key] / 10.0;
+	}
 	return OK;
 }

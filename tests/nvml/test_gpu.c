@@ -230,6 +230,72 @@ static void test_sample(void)
 	free(got);
 }
 
+/*
+ * GPM: nothing from a GPU's first sample (no interval yet), then each interval's share in
+ * per mille; a GPU without GPM (pre-Hopper) is never asked again, a failed sample loses
+ * that interval only.
+ */
+static void test_gpm(void)
+{
+	struct got *got = calloc(1, sizeof(*got));
+	struct rec_gpu_act a[3];
+	char *cause = NULL;
+	struct gpu_sampler *g;
+	bool has[3];
+
+#define ACT()                                                                             \
+	do {                                                                              \
+		got->n = 0;                                                               \
+		for (int i_ = 0; i_ < 3; i_++) {                                          \
+			memset(&a[i_], 0, sizeof(a[i_]));                                 \
+			has[i_] = gpu_sampler_activity(g, i_, &a[i_]);                    \
+		}                                                                         \
+	} while (0)
+	write_config("gpus 3\n"
+		     "gpu 0 sm_active 975\n"
+		     "gpu 0 tensor 612\n"
+		     "gpu 1 unsupported gpm\n"
+		     "gpu 2 sm_active 241\n");
+	g = gpu_sampler_new(fake_lib, &cause);
+	if (!g)
+		DIE("fake NVML did not start: %s", cause ? cause : "?");
+	CHECK(!gpu_sampler_activity(g, 0, &a[0])); /* before any sample */
+	CHECK_EQ(gpu_sampler_sample(g, 1000, collect, got), 3);
+	ACT();
+	CHECK(!has[0] && !has[1] && !has[2]);
+	usleep(20000);
+	CHECK_EQ(gpu_sampler_sample(g, 2000, collect, got), 3);
+	ACT();
+	/* the interval on agentd's clock: the 20 ms slept, and not much more */
+	CHECK(has[0] && a[0].dur_ns >= 20000000 && a[0].dur_ns < 2000000000);
+	CHECK_EQ(a[0].ts_ns, 2000);
+	CHECK_EQ(a[0].gpu_index, 0);
+	CHECK_STR(a[0].uuid, "GPU-fa4e0000-0000-4000-8000-000000000000");
+	CHECK_EQ(a[0].sm_active_pm, 975);
+	CHECK_EQ(a[0].tensor_pm, 612);
+	CHECK_EQ(a[0].sm_occupancy_pm, 500);
+	CHECK_EQ(a[0].dram_bw_pm, 300);
+	CHECK(!has[1]);
+	CHECK(has[2] && a[2].sm_active_pm == 241);
+	CHECK(!gpu_sampler_activity(g, 3, &a[0]) && !gpu_sampler_activity(g, -1, &a[0]));
+	/* a failing sample on GPU 2: that interval and the next are lost, not GPU 0's */
+	write_config("gpus 3\ngpu 1 unsupported gpm\ngpu 2 fail gpm\n");
+	gpu_sampler_sample(g, 3000, collect, got);
+	ACT();
+	CHECK(has[0] && a[0].sm_active_pm == 900);
+	CHECK(!has[2]);
+	write_config("gpus 3\ngpu 1 unsupported gpm\n");
+	gpu_sampler_sample(g, 4000, collect, got);
+	ACT();
+	CHECK(!has[2]); /* a new first sample */
+	gpu_sampler_sample(g, 5000, collect, got);
+	ACT();
+	CHECK(has[2] && a[2].sm_active_pm == 900 && a[2].ts_ns == 5000);
+#undef ACT
+	gpu_sampler_free(g);
+	free(got);
+}
+
 static void test_env_rule(void)
 {
 	struct gpu_sampler *g;
@@ -390,6 +456,12 @@ static void test_thread(const char *dir)
 	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE pci_bus_id = "
 			       "'00000000:11:00.0' AND gpu_uuid LIKE 'GPU-fa4e%1'"), n);
 	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_samples WHERE power_mw IS NULL"), 0);
+	/* GPM: a gpu_activity row per GPU per sample after its first, at that sample's time */
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_activity WHERE gpu_index = 0"), n - 1);
+	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_activity a JOIN gpu_samples s USING "
+			       "(ts_ns, gpu_index, gpu_uuid) WHERE a.sm_active_pm = 900 AND "
+			       "a.dram_bw_pm = 300 AND a.dur_ns BETWEEN 50000000 AND 1000000000"),
+		 3 * (n - 1));
 	/* this process, listed by the driver on GPU 1 */
 	CHECK_EQ(test_i64(db, "SELECT gpu_index FROM process_gpus WHERE source = 'nvml' AND "
 			       "start_ns = 42"), 1);
@@ -536,6 +608,7 @@ int main(int argc, char **argv)
 
 	test_no_library();
 	test_sample();
+	test_gpm();
 	test_env_rule();
 	test_map();
 	test_thread(dir);

@@ -688,7 +688,7 @@ static void test_nudge(const char *dir)
 		  1);
 	CHECK_EQ(test_i64(db, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND "
 			       "sql LIKE '%(ts_ns)%' AND tbl_name NOT IN ('ib_counters', 'nccl_groups', "
-			       "'gpu_samples')"),
+			       "'gpu_samples', 'gpu_activity')"),
 		  0);
 	sqlite3_close(db);
 }

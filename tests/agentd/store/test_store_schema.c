@@ -120,6 +120,10 @@ static void every_kind(const char *path)
 	r.u.busy = (struct rec_busy){ .ts_ns = 20, .dur_ns = 200000000, .pid = 1, .device = 0,
 				      .busy_ns = 150000000, .nccl_ns = 40000000 };
 	kinds += put(s, &r);
+	r = (struct rec){ .kind = REC_GPU_ACT };
+	r.u.gpu_act = (struct rec_gpu_act){ .ts_ns = 21, .dur_ns = 1000000000, .uuid = "GPU-1",
+					    .sm_active_pm = 975, .sm_occupancy_pm = REC_NULL32 };
+	kinds += put(s, &r);
 	CHECK_EQ(kinds, REC_KIND_MAX);
 	CHECK_EQ(store_flush(s), 0);
 	store_get_stats(s, &st);
