@@ -242,6 +242,11 @@ void why_report(FILE *out, sqlite3_stmt *st)
 			pair(out, st, "coll_gpu_pct", "peer_coll_gpu_pct", "%");
 			fputc(')', out);
 		}
+		/* GPM: how much of the GPU worked (a spinning collective kernel: a few SMs) */
+		if (row_has(st, "sm_busy_pct")) {
+			fprintf(out, "; SMs busy ");
+			pair(out, st, "sm_busy_pct", "peer_sm_busy_pct", "%");
+		}
 		if (row_has(st, "temp_c"))
 			fprintf(out, "; %s C", row_txt(st, "temp_c"));
 		fputc('\n', out);

@@ -17,6 +17,8 @@
 --   :util_gap      the host rule: its GPU busy (NVML utilization, %) at least this many
 --                  points below its peers' median, over at least 2 samples (10): its GPU had
 --                  less to do, the work reached it late from its host
+--   :sm_gap        the GPU-work rule: its GPU's SMs busy (GPM) at least this many points
+--                  above its peers' median (5)
 --   :threshold     with 3 ranks or more, every rule also needs the rank to be an outlier:
 --                  robust z (0.6745 (x - median) / MAD, as the verdict's) above this (3.5);
 --                  a loaded host spreads every rank's off-CPU time, and the largest of 8
@@ -30,14 +32,16 @@
 --   main thread, % of its window), tcp_retrans,
 --   peer_tcp_retrans, ib_errors, peer_ib_errors, ib_worst, coll_gpu_pct, peer_coll_gpu_pct
 --   (its collective kernels' GPU time, % of its window; NULL without the plugin), cause
---   (the rule that gives the likely cause: 'gpu_clock', 'preempted', 'blocked', 'ib',
---   'tcp', 'host'; NULL: none fired),
---   causes (every rule that fired, in that order), likely_cause (the line a person reads).
+--   (the rule that gives the likely cause: 'gpu_clock', 'gpu_work', 'preempted', 'blocked',
+--   'ib', 'tcp', 'host'; NULL: none fired),
+--   causes (every rule that fired, in that order), likely_cause (the line a person reads),
+--   sm_busy_pct, peer_sm_busy_pct (its GPU's SMs busy, % of its window: GPM; NULL without).
 WITH
 prm AS (
 	SELECT coalesce(:clock_drop, 0.10) AS clock_drop, coalesce(:offcpu_gap, 0.05) AS offcpu_gap,
 	       coalesce(:retrans_min, 10) AS retrans_min, coalesce(:ib_min, 1) AS ib_min,
-	       coalesce(:util_gap, 10) AS util_gap, coalesce(:threshold, 3.5) AS thr
+	       coalesce(:util_gap, 10) AS util_gap, coalesce(:sm_gap, 5) AS sm_gap,
+	       coalesce(:threshold, 3.5) AS thr
 ),
 r AS (
 	SELECT node, comm_hash, rank, pid, gpu_index, gpu_samples, util_pct, temp_c, sm_max_mhz,
@@ -45,6 +49,7 @@ r AS (
 	       100.0 * preempted_ns / nullif(t1_ns - t0_ns, 0) AS pre,
 	       100.0 * blocked_ns / nullif(t1_ns - t0_ns, 0) AS blk,
 	       tcp_retrans AS tcp, ib_errors AS ib, ib_worst, idle_pct,
+	       iif(sm_busy_pct BETWEEN 0 AND 100, sm_busy_pct, NULL) AS smb,
 	       100.0 * coll_gpu_ns / nullif(t1_ns - t0_ns, 0) AS coll,
 	       CASE max(coalesce(hwslow_pct, 0), coalesce(thermal_pct, 0),
 			coalesce(power_pct, 0), coalesce(appclk_pct, 0))
@@ -64,7 +69,8 @@ c AS (
 	       count(blk) AS n_blk, median(blk) AS m_blk, sum(blk) AS s_blk, mad(blk) AS d_blk,
 	       count(tcp) AS n_tcp, median(tcp) AS m_tcp, sum(tcp) AS s_tcp, mad(tcp) AS d_tcp,
 	       count(ib) AS n_ib, median(ib) AS m_ib, sum(ib) AS s_ib, mad(ib) AS d_ib,
-	       count(coll) AS n_coll, median(coll) AS m_coll, sum(coll) AS s_coll
+	       count(coll) AS n_coll, median(coll) AS m_coll, sum(coll) AS s_coll,
+	       count(smb) AS n_smb, median(smb) AS m_smb, sum(smb) AS s_smb, mad(smb) AS d_smb
 	FROM r GROUP BY comm_hash
 ),
 p AS (
@@ -83,13 +89,16 @@ p AS (
 		    WHEN c.n_ib > 2 THEN c.m_ib END AS p_ib,
 	       CASE WHEN r.coll IS NULL THEN NULL WHEN c.n_coll = 2 THEN c.s_coll - r.coll
 		    WHEN c.n_coll > 2 THEN c.m_coll END AS p_coll,
+	       CASE WHEN r.smb IS NULL THEN NULL WHEN c.n_smb = 2 THEN c.s_smb - r.smb
+		    WHEN c.n_smb > 2 THEN c.m_smb END AS p_smb,
 	       -- outlier among 3 or more ranks (oriented: positive = the bad side); 2: no test
 	       iif(c.n_sm > 2, -robust_z(r.sm, c.m_sm, c.d_sm), 1e9) AS z_sm,
 	       iif(c.n_ut > 2, -robust_z(r.util_pct, c.m_ut, c.d_ut), 1e9) AS z_ut,
 	       iif(c.n_pre > 2, robust_z(r.pre, c.m_pre, c.d_pre), 1e9) AS z_pre,
 	       iif(c.n_blk > 2, robust_z(r.blk, c.m_blk, c.d_blk), 1e9) AS z_blk,
 	       iif(c.n_tcp > 2, robust_z(r.tcp, c.m_tcp, c.d_tcp), 1e9) AS z_tcp,
-	       iif(c.n_ib > 2, robust_z(r.ib, c.m_ib, c.d_ib), 1e9) AS z_ib
+	       iif(c.n_ib > 2, robust_z(r.ib, c.m_ib, c.d_ib), 1e9) AS z_ib,
+	       iif(c.n_smb > 2, robust_z(r.smb, c.m_smb, c.d_smb), 1e9) AS z_smb
 	FROM r JOIN c USING (comm_hash)
 ),
 f AS (
@@ -98,6 +107,13 @@ f AS (
 	       -- is the rank's effect (it waits on its host), not why it is slow
 	       coalesce(p.gpu_samples >= 2 AND p.sm <= (1 - prm.clock_drop) * p.p_sm
 			AND coalesce(p.idle_pct, 0) < 50 AND p.z_sm > prm.thr, 0) AS f_gpu,
+	       -- its GPU's SMs busier than its peers' (GPM: the share of SMs with work, not
+	       -- NVML's "a kernel ran", so a collective kernel spinning on a few SMs in wait
+	       -- for it does not count as its peers' work): it had more GPU work, or did the
+	       -- same slower. A neighbour sharing its GPU half the time on 4 H200s: 91 % against
+	       -- 77 % (CNN, FSDP), 83 % against 60 % (transformer, DDP); clean phases of either
+	       -- stayed within 2 points above their median
+	       coalesce(p.smb - p.p_smb >= prm.sm_gap AND p.z_smb > prm.thr, 0) AS f_work,
 	       coalesce(p.pre - p.p_pre >= 100 * prm.offcpu_gap AND p.z_pre > prm.thr, 0) AS f_pre,
 	       coalesce(p.blk - p.p_blk >= 100 * prm.offcpu_gap AND p.z_blk > prm.thr, 0) AS f_blk,
 	       coalesce(p.ib - p.p_ib >= prm.ib_min AND p.ib >= 2 * p.p_ib AND p.z_ib > prm.thr,
@@ -123,14 +139,20 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
        round(blk, 1) AS blocked_pct, round(p_blk, 1) AS peer_blocked_pct,
        tcp AS tcp_retrans, p_tcp AS peer_tcp_retrans, ib AS ib_errors, p_ib AS peer_ib_errors,
        ib_worst, round(coll, 1) AS coll_gpu_pct, round(p_coll, 1) AS peer_coll_gpu_pct,
-       CASE WHEN f_gpu THEN 'gpu_clock' WHEN f_pre THEN 'preempted' WHEN f_blk THEN 'blocked'
-	    WHEN f_ib THEN 'ib' WHEN f_tcp THEN 'tcp' WHEN f_host THEN 'host' END AS cause,
-       nullif(substr(iif(f_gpu, ',gpu_clock', '') || iif(f_pre, ',preempted', '') ||
+       CASE WHEN f_gpu THEN 'gpu_clock' WHEN f_work THEN 'gpu_work' WHEN f_pre THEN 'preempted'
+	    WHEN f_blk THEN 'blocked' WHEN f_ib THEN 'ib' WHEN f_tcp THEN 'tcp'
+	    WHEN f_host THEN 'host' END AS cause,
+       nullif(substr(iif(f_gpu, ',gpu_clock', '') || iif(f_work, ',gpu_work', '') ||
+		     iif(f_pre, ',preempted', '') ||
 		     iif(f_blk, ',blocked', '') || iif(f_ib, ',ib', '') || iif(f_tcp, ',tcp', '') ||
 		     iif(f_host, ',host', ''), 2), '') AS causes,
        CASE WHEN f_gpu THEN printf('GPU %d at %,d MHz vs %,d median (%s)', gpu_index,
 				   CAST(round(sm) AS INTEGER), CAST(round(p_sm) AS INTEGER),
 				   coalesce(reason, 'no clock-event reason reported'))
+	    WHEN f_work THEN printf('GPU %d''s SMs busy %.0f%% of the time vs %.0f%% median: '
+				    || 'more GPU work than its peers, or the same work slower (a '
+				    || 'process sharing the GPU, uneven work, a slower GPU)',
+				    gpu_index, smb, p_smb)
 	    WHEN f_pre THEN printf('preempted %.0f%% of the window vs %.0f%% median '
 				   || '(CPU contention)', pre, p_pre)
 	    WHEN f_blk THEN printf('blocked %.0f%% of the window outside GPU waits '
@@ -153,5 +175,6 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
 	    WHEN p_sm IS NULL AND p_pre IS NULL AND p_tcp IS NULL
 		THEN 'none measured (no peer to compare with)'
 	    WHEN p_sm IS NULL THEN 'none measured (off-CPU, network equal to peers; no GPU samples)'
-	    ELSE 'none measured (GPU clocks, off-CPU, network equal to peers)' END AS likely_cause
+	    ELSE 'none measured (GPU clocks, off-CPU, network equal to peers)' END AS likely_cause,
+       round(smb, 1) AS sm_busy_pct, round(p_smb, 1) AS peer_sm_busy_pct
 FROM f

@@ -23,6 +23,8 @@
 --                          (0x1), thermal slowdown (sw 0x20, hw 0x40), power cap or brake
 --                          (0x4, 0x80), hardware slowdown (0x8), applications clocks (0x2)
 --   xid_new                XID events during the window (last minus first count)
+--   sm_busy_pct            that GPU's SMs busy, % of the window (gpu_activity: NVML's GPM,
+--                          Hopper and later; NULL without it), every process on the GPU
 --   preempted_ns           off-CPU time of its main thread (tid = pid: the training loop's)
 --                          while runnable (CPU contention)
 --   blocked_ns             off-CPU time of its main thread while blocked (I/O, sleep, locks),
@@ -85,7 +87,7 @@ pgpu AS (
 		WHERE q.pid = pg.pid AND q.start_ns = pg.start_ns AND q.source = 'nvml')
 ),
 gs AS (
-	SELECT g.comm_hash, g.rank, g.pid, g.gpu_index, max(g.source) AS source,
+	SELECT g.comm_hash, g.rank, g.pid, g.gpu_index, g.gpu_uuid, max(g.source) AS source,
 	       count(s.ts_ns) AS n, avg(s.sm_clock_mhz) AS sm, max(s.sm_clock_max_mhz) AS sm_max,
 	       avg(s.util_gpu_pct) AS util, max(s.temp_c) AS temp,
 	       100.0 * avg((s.clock_reasons & 1) != 0) AS idle,
@@ -96,6 +98,16 @@ gs AS (
 	       max(s.xid_count) - min(s.xid_count) AS xid_new
 	FROM pgpu g JOIN rw r USING (comm_hash, rank, pid)
 	LEFT JOIN gpu_samples s ON +s.gpu_uuid = g.gpu_uuid AND s.ts_ns BETWEEN r.t0 AND r.t1
+	GROUP BY g.comm_hash, g.rank, g.pid, g.gpu_uuid
+),
+-- GPM's intervals that end in the window, each weighted by its length (a sane one: a share
+-- in per mille, a positive length under an hour)
+ga AS (
+	SELECT g.comm_hash, g.rank, g.pid, g.gpu_uuid,
+	       sum(a.sm_active_pm * a.dur_ns) / 10.0 / sum(a.dur_ns) AS sm_busy
+	FROM pgpu g JOIN rw r USING (comm_hash, rank, pid)
+	JOIN gpu_activity a ON +a.gpu_uuid = g.gpu_uuid AND a.ts_ns BETWEEN r.t0 AND r.t1
+	WHERE a.sm_active_pm BETWEEN 0 AND 1000 AND a.dur_ns BETWEEN 1 AND 3600000000000
 	GROUP BY g.comm_hash, g.rank, g.pid, g.gpu_uuid
 ),
 gb AS (
@@ -153,6 +165,8 @@ SELECT r.comm_hash, r.rank, r.pid, r.t0 AS t0_ns, r.t1 AS t1_ns,
        g.sm_max AS sm_max_mhz, g.util AS util_pct, g.temp AS temp_c, g.idle AS idle_pct,
        g.thermal AS thermal_pct, g.power AS power_pct, g.hwslow AS hwslow_pct,
        g.appclk AS appclk_pct, g.xid_new,
+       (SELECT a.sm_busy FROM ga a WHERE a.comm_hash = r.comm_hash AND a.rank IS r.rank
+	  AND a.pid = r.pid AND a.gpu_uuid = g.gpu_uuid) AS sm_busy_pct,
        coalesce(o.preempted, 0) AS preempted_ns, coalesce(o.blocked, 0) AS blocked_ns,
        (SELECT count(*) FROM tcp_retransmits t WHERE t.ts_ns BETWEEN r.t0 AND r.t1)
 	       AS tcp_retrans,

@@ -6,7 +6,8 @@
 # want of work) and a blocked interval inside a synchronize call are the rank's effect, not a
 # cause; a rank like its peers gets "none measured"; a rank past the margin among ranks that
 # spread as widely (a loaded host) is no outlier; a GPU less busy than its peers' by the margin
-# points at its host.
+# points at its host; a GPU whose SMs (GPM) were busier than its peers' by the margin did more
+# GPU work than they did; one as much less busy is not a GPU cause.
 # usage: why_rules.py AN_RUN SQL_DIR SCHEMA_SQL WORKDIR
 import csv
 import os
@@ -34,6 +35,9 @@ NODES = {
     # as busy as "host", but its peers' collective kernels ran 26 points of the window more
     # than its own (spinning in wait for it, which NVML counts as busy): host or GPU
     "spun": {"util": 72, "coll_ms": 2},
+    # GPM: its SMs busy 91 % of the time against 77 % (a neighbour on its GPU), or 64 %
+    "work": {"sm_busy": 910},
+    "starved": {"sm_busy": 640},
 }
 
 
@@ -53,6 +57,12 @@ def trace(k, name, o, n=len(NODES)):
                    "seq, op, count) VALUES (?,?,?,?,?,?,?,?,?,?)",
                    (T0 + i * 100 * MS, 1 * MS, pid, pid, COMM, k, n, i, "AllReduce",
                     1024))
+        # GPM's interval ending at that sample (the first sample has none)
+        if i:
+            db.execute("INSERT INTO gpu_activity (ts_ns, dur_ns, gpu_index, gpu_uuid, "
+                       "sm_active_pm) VALUES (?,?,?,?,?)",
+                       (T0 + i * 100 * MS + 5 * MS, 100 * MS, 0, "GPU-%d" % k,
+                        o.get("sm_busy", 770)))
         db.execute("INSERT INTO gpu_samples (ts_ns, gpu_index, gpu_uuid, sm_clock_mhz, "
                    "sm_clock_max_mhz, clock_reasons, util_gpu_pct, temp_c) "
                    "VALUES (?,?,?,?,?,?,?,?)",
@@ -122,7 +132,7 @@ for name, r in by.items():
 # (an-run prints NULL as NULL)
 want = {"clean": "NULL", "power": "gpu_clock", "tcp": "tcp", "ib": "ib", "idle": "NULL",
         "blocked": "blocked", "insync": "NULL", "preempt": "preempted", "host": "host",
-        "spun": "host"}
+        "spun": "host", "work": "gpu_work", "starved": "NULL"}
 bad = {n: by[n]["cause"] for n in want if by[n]["cause"] != want[n]}
 assert not bad, bad
 assert by["power"]["likely_cause"] == "GPU 0 at 1,500 MHz vs 1,980 median (power cap)", by["power"]
@@ -142,7 +152,13 @@ assert by["spun"]["likely_cause"] == (
     "was slower (the two look alike here)"), by["spun"]
 assert (float(by["spun"]["coll_gpu_pct"]), float(by["spun"]["peer_coll_gpu_pct"])) == \
     (2.2, 27.7), by["spun"]
-for n in ("clean", "idle", "insync"):
+assert by["work"]["likely_cause"] == (
+    "GPU 0's SMs busy 91% of the time vs 77% median: more GPU work than its peers, or the "
+    "same work slower (a process sharing the GPU, uneven work, a slower GPU)"), by["work"]
+assert (float(by["work"]["sm_busy_pct"]), float(by["work"]["peer_sm_busy_pct"])) == \
+    (91.0, 77.0), by["work"]
+assert float(by["starved"]["sm_busy_pct"]) == 64.0, by["starved"]
+for n in ("clean", "idle", "insync", "starved"):
     assert by[n]["likely_cause"] == "none measured (GPU clocks, off-CPU, network equal to peers)", \
         by[n]
 # the helper thread's 95 ms of every 100 are not the rank's
