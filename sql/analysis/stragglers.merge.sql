@@ -715,10 +715,14 @@ v AS (
 	       AND coalesce(g.z_gpu > prm.thr / 2, 1) AND coalesce(g.e_gpu >= g.eff_b, 1) AS f_cpuv,
 	       -- its GPU's compute stream idled least, its peers' more by the bar, over a
 	       -- stretch every rank's slices cover (bz), and its own GPU was busy all but
-	       -- :busy_idle of it: a slower GPU (FSDP hides it from every collective: its
-	       -- peers keep a steady lead, docs/analysis.md)
+	       -- :busy_idle of it: a slower GPU (FSDP hides it from every collective's
+	       -- timing: its peers keep a steady lead, docs/analysis.md). Where its kernels
+	       -- are known they must lean its way, half as clearly as a signal needs: a GPU
+	       -- that costs its peers arrives last. A neighbour filling a launch-bound job's
+	       -- idle GPU (4 H200s: its compute stream 10 points busier, z_gpu 0.7) cost the
+	       -- job nothing; under FSDP a slower GPU's kernels lean its way at z 25-46
 	       (b.z_busy > prm.thr AND b.e_busy >= coalesce(f.eff_n, g.eff_n)
-		AND b.idle <= prm.bidle) AS f_busy,
+		AND b.idle <= prm.bidle AND coalesce(g.z_gpu > prm.thr / 2, 1)) AS f_busy,
 	       b.z_busy, b.e_busy, b.idle AS busy_idle, b.peer_idle AS peer_busy_idle,
 	       f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
@@ -855,8 +859,10 @@ FROM (SELECT w.*, max(nw, ng, nc, np, nb) AS near
 		   -- (its GPU's pace: the uniform slowdown's estimate, where pace's other
 		   -- conditions hold, its kernels and the GPUs setting the job's pace)
 		   iif(z_fw > prm.thr AND z_gpu > prm.thr AND paced, coalesce(e_uni, 0), -1) AS np,
-		   -- (its compute stream: where its own GPU idled no more than :busy_idle)
-		   iif(z_busy > prm.thr AND busy_idle <= prm.bidle, coalesce(e_busy, 0), -1) AS nb
+		   -- (its compute stream: where its own GPU idled no more than :busy_idle and
+		   -- its kernels, where known, lean its way)
+		   iif(z_busy > prm.thr AND busy_idle <= prm.bidle
+		       AND coalesce(z_gpu > prm.thr / 2, 1), coalesce(e_busy, 0), -1) AS nb
 	    FROM w, prm) w) w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
 ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,

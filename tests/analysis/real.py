@@ -246,6 +246,23 @@ CASES = {
     # the transformer under DDP, clean: its GPUs wait on their CPUs' launches (each idles
     # 21-23 % of the span, by different amounts): the compute stream must stay shut
     "g20-clean1": (None, 0.0),
+    # round 21, never seen by any rule (4 x H200, whole phases, the final library): a
+    # neighbour on one rank's GPU (train.py hog: a stream of the job's running matrix
+    # products PCT % of the time beside the step's kernels, as another process sharing the
+    # GPU would). The CNN under FSDP, 50 % (loss 18.2 % against the run's clean phase) and
+    # 25 % (8.7 %): its compute stream idles least; the transformer under DDP, 50 % (18.0 %)
+    # and 25 %, which cost the launch-bound job nothing (its GPUs idle a fifth of the time:
+    # the neighbour fills that), so nobody
+    "cnnf21-hog50": (1, 18.2),
+    "cnnf21-hog25": (2, 8.7),
+    "cnnf21-clean1": (None, 0.0),
+    "g21-hog50": (1, 18.0),
+    "g21-hog25": (None, 0.0),
+    # the transformer under DDP: rank 3 sleeping 10 % of its step (loss 6.9 % against the
+    # run's three clean phases), named on its kernels; a clean phase. (Rank 1 sleeping 5 %
+    # cost the job nothing measurable and is named at 6 %: not pinned, docs/analysis.md)
+    "g21-stall10": (3, 6.9),
+    "g21-clean1": (None, 0.0),
 }
 # the same windows judged over fleetq's default newest 1000 seqs of each op (the DDP job's
 # broadcast, one a step, reaches further back than its buckets)
@@ -272,14 +289,16 @@ MERGE_PARAMS = {"cnn17-slow5+ms500": ["effect_steps=0"],
 SIGNALS = {"d17-slow10": "pace", "x19-slow5": "pace", "d17-slow10+ms1000": "pace",
            "x19-slow5+ms1000": "pace", "cnn17-slow5": "pace", "cnn17-slow5+ms500": "pace",
            "cnn18-slow5s20": "pace", "cnnf20-slow20": "compute", "cnnf20-slow10": "compute",
-           "cnn20-slow10": "compute"}
+           "cnn20-slow10": "compute", "cnnf21-hog50": "compute", "cnnf21-hog25": "compute",
+           "g21-hog50": "compute"}
 # cases whose named rank is checked but not the size of its effect: rank 0 waits 28.8 % of
 # the span for rank 1 in their all-reduce (before the send/recv rule too), while the job
 # lost 7.3 %; not understood yet (a guess: part of that wait fills the pipeline's bubble)
 # x8-slow20, l9-slow20: a GPU slower all through its step makes each bucket wait a little;
 # the step's largest wait, the kernels' effect, says 8.2 % for a loss of 16.4 % and 3.5 % for
-# 7.2 % (docs/analysis.md)
-EFFECT_OFF = {"pipe-stall10", "x8-slow20", "l9-slow20", "cnnf20-slow10"}
+# 7.2 % (docs/analysis.md); cnnf20-slow10, cnnf21-hog25: under FSDP the compute stream's
+# idle time says about half the loss (3.2 % for 6.4 %, 4.0 % for 8.7 %)
+EFFECT_OFF = {"pipe-stall10", "x8-slow20", "l9-slow20", "cnnf20-slow10", "cnnf21-hog25"}
 IDLE_NS = 1_900_000_000
 # the change a case makes to the real rows: (node index or None for every node, SQL)
 EDITS = {
