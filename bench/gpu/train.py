@@ -29,7 +29,10 @@ or gpu (extra matrix products on that rank's GPU, PCT% of the GPU's step, queued
 forward: a delay once a step), or slow (as much GPU time spread over the step: the GPU spins
 after every layer's forward and before its backward, as a GPU slower all through the step
 is, a throttled one; the calls a step and the GPU's spin rate are measured in the warm-up;
-not the pipeline). Each
+not the pipeline), or hog (a neighbour on that rank's GPU: a thread of the job runs
+matrix products on a stream of its own PCT% of the time, as another process sharing the
+GPU would: every kernel of the step competes with it for the SMs; what it costs the job
+is measured, not set). Each
 phase's line says what its fault added to the planted rank's step (planted_ms: GPU time for
 gpu and slow, CPU time for stall and busy); /sK syncs every
 K steps (loss.item(); default every step); @F starts the fault F of the way into the phase
@@ -43,7 +46,7 @@ name) and appends one JSON line per phase to --out: name, kind, pct, sync, targe
 steps/s, seconds, its wall-clock start and end (ns), and each rank's wait in loss.item() a
 step (ms; the rank that waits least paces the job, measured by the job, traced or not).
 """
-import argparse, contextlib, json, os, subprocess, time
+import argparse, contextlib, json, os, subprocess, threading, time
 import torch
 import torch.distributed as dist
 
@@ -300,8 +303,35 @@ def micro(i):
     return model(x).square().mean()
 
 
+# the "hog" fault: a neighbour on this rank's GPU, busy hog_on[0] of the time in bursts of
+# four bf16 products of 4096 (about a millisecond on an H200) on a stream of its own
+hog_on = [0.0]
+
+
+def hog_loop():
+    torch.cuda.set_device(local)
+    s = torch.cuda.Stream()
+    hx = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    while True:
+        f = hog_on[0]
+        if f <= 0:
+            time.sleep(0.01)
+            continue
+        t = time.perf_counter()
+        with torch.cuda.stream(s):
+            for _ in range(4):
+                torch.mm(hx, hx)
+        s.synchronize()
+        time.sleep(min(0.1, (time.perf_counter() - t) * (1 - f) / f))
+
+
+if "=hog" in a.phases:
+    threading.Thread(target=hog_loop, daemon=True).start()
+
+
 def step(i, fault, sync_every):
     kind, amount = fault
+    hog_on[0] = amount if kind == "hog" else 0.0
     if kind == "stall" and amount > 0:
         time.sleep(amount)
     elif kind == "busy" and amount > 0:
@@ -436,6 +466,8 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
         amount = p["pct"] / 100 * step_s
     elif p["kind"] == "gpu":
         amount = round(p["pct"] / 100 * step_s / mm_s)
+    elif p["kind"] == "hog":
+        amount = min(1.0, p["pct"] / 100)
     elif p["kind"] == "slow":
         if not hooked or not slow_calls:
             raise SystemExit("fq-train: slow needs a hooked layer (not --shape pipeline)")
@@ -463,7 +495,7 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
                    sync_ms_per_step=[round(w * 1e3 / a.steps, 3) for w in waits.tolist()],
                    # what the fault adds to the planted rank's step (its GPU's or CPU's time)
                    planted_ms=round(1e3 * amount * {
-                       "slow": slow_calls / slow_hz if slow_hz else 0, "gpu": mm_s}.get(
+                       "slow": slow_calls / slow_hz if slow_hz else 0, "gpu": mm_s, "hog": 0.0}.get(
                        p["kind"], 1.0), 3) if p["kind"] != "clean" else 0.0)
         cmd = os.environ.get("FQ_ANALYZE")
         if cmd:
