@@ -134,18 +134,22 @@ static void gpm_setup(struct gpu_sampler *g, struct gpu *u)
 	}
 }
 
-/* per mille from GPM's percent; NULL for what is not a share */
+/* per mille from GPM's percent (a hair over 100 from the driver's rounding is 1000); NULL
+ * for what is not a share */
 static int32_t gpm_pm(const nvmlGpmMetric_t *m)
 {
 	if (m->nvmlReturn != NVML_SUCCESS || !(m->value >= 0 && m->value <= 100.5))
 		return REC_NULL32;
-	return (int32_t)(m->value * 10 + 0.5);
+	return m->value >= 100 ? 1000 : (int32_t)(m->value * 10 + 0.5);
 }
 
 /*
  * Takes GPU u's GPM sample and, from its second on, sets u->act to the activity over the
- * interval since the previous one (dur_ns 0: none). A GPU that answers NOT_SUPPORTED is not
- * asked again; any other failure loses this interval only (the next starts afresh).
+ * interval since the previous one (dur_ns 0: none). Samples closer than GPM_MIN_NS are not
+ * taken (NVIDIA: GPM's counters refresh too slowly for shorter intervals, whose metrics
+ * read 0): under --gpu-interval 0.1 an interval spans two periods. A GPU that answers
+ * NOT_SUPPORTED is not asked again; any other failure loses this interval only (the next
+ * starts afresh).
  */
 static void gpm_sample(struct gpu_sampler *g, struct gpu *u, int64_t ts_ns)
 {
@@ -154,12 +158,14 @@ static void gpm_sample(struct gpu_sampler *g, struct gpu *u, int64_t ts_ns)
 					    NVML_GPM_METRIC_DRAM_BW_UTIL };
 	nvmlGpmMetricsGet_t *q = g->gpm_q;
 	struct rec_gpu_act *a = &u->act;
-	int64_t now = clock_ns(CLOCK_MONOTONIC);
+	int64_t now = clock_ns(CLOCK_MONOTONIC), dur;
 	int c = u->gpm_cur;
 
 	*a = (struct rec_gpu_act){ .ts_ns = ts_ns, .uuid = u->uuid[0] ? u->uuid : NULL,
 				   .gpu_index = u->index };
 	if (skip(u, F_GPM) || !u->gpm[0])
+		return;
+	if (u->gpm_prev_ns && now - u->gpm_prev_ns < GPM_MIN_NS)
 		return;
 	if (!ok(g, u, F_GPM, g->f.gpm_get(u->dev, u->gpm[c]))) {
 		u->gpm_prev_ns = 0;
@@ -178,17 +184,18 @@ static void gpm_sample(struct gpu_sampler *g, struct gpu *u, int64_t ts_ns)
 	q->sample2 = u->gpm[c];
 	for (unsigned int i = 0; i < q->numMetrics; i++)
 		q->metrics[i].metricId = ids[i];
-	a->dur_ns = now - u->gpm_prev_ns;
+	dur = now - u->gpm_prev_ns;
 	u->gpm_prev_ns = now;
-	if (g->f.gpm_metrics(q) != NVML_SUCCESS) {
-		a->dur_ns = 0;
-		g->st.failed_calls++;
+	if (!ok(g, u, F_GPM, g->f.gpm_metrics(q)))
 		return;
-	}
 	a->sm_active_pm = gpm_pm(&q->metrics[0]);
 	a->sm_occupancy_pm = gpm_pm(&q->metrics[1]);
 	a->tensor_pm = gpm_pm(&q->metrics[2]);
 	a->dram_bw_pm = gpm_pm(&q->metrics[3]);
+	/* a row only where some metric came back */
+	if (a->sm_active_pm != REC_NULL32 || a->sm_occupancy_pm != REC_NULL32 ||
+	    a->tensor_pm != REC_NULL32 || a->dram_bw_pm != REC_NULL32)
+		a->dur_ns = dur;
 }
 
 /* What does not change while the driver is loaded. */

@@ -92,6 +92,7 @@ typedef struct {
 #define NVML_GPM_METRIC_ANY_TENSOR_UTIL 5 /* tensor pipes busy, % */
 #define NVML_GPM_METRIC_DRAM_BW_UTIL 10	  /* DRAM bandwidth used against the peak, % */
 #define GPM_METRIC_SLOTS 512
+#define GPM_MIN_NS (100 * 1000000LL) /* two GPM samples no closer (NVIDIA's guidance) */
 typedef struct {
 	unsigned int version, numMetrics;
 	nvmlGpmSample_t sample1, sample2;

@@ -303,8 +303,12 @@ def micro(i):
     return model(x).square().mean()
 
 
-# the "hog" fault: a neighbour on this rank's GPU, busy hog_on[0] of the time in bursts of
-# four bf16 products of 4096 (about a millisecond on an H200) on a stream of its own
+# the "hog" fault: a neighbour on this rank's GPU, aiming at hog_on[0] of the GPU's time in
+# bursts of four bf16 products of 4096 (about a millisecond on an H200) on a stream of its
+# own, each followed by a sleep sized on the burst's GPU time (CUDA events, not the wall
+# clock: the thread shares the job's GIL, and taking it back after a burst can take
+# longer than the burst). Its real share also loses what that GIL wait adds to each cycle;
+# what it costs the job is measured, not set
 hog_on = [0.0]
 
 
@@ -312,17 +316,19 @@ def hog_loop():
     torch.cuda.set_device(local)
     s = torch.cuda.Stream()
     hx = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     while True:
         f = hog_on[0]
         if f <= 0:
             time.sleep(0.01)
             continue
-        t = time.perf_counter()
         with torch.cuda.stream(s):
+            e0.record(s)
             for _ in range(4):
                 torch.mm(hx, hx)
-        s.synchronize()
-        time.sleep(min(0.1, (time.perf_counter() - t) * (1 - f) / f))
+            e1.record(s)
+        e1.synchronize()
+        time.sleep(min(0.1, e0.elapsed_time(e1) / 1e3 * (1 - f) / f))
 
 
 if "=hog" in a.phases:
@@ -483,6 +489,7 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
                  os.path.join(a.onset_dir, p["name"]) if a.onset_dir else "",
                  os.path.join(a.kernels_dir, "%s.rank%d.json.gz" % (p["name"], rank))
                  if a.kernels_dir else "")
+    hog_on[0] = 0.0  # (the neighbour leaves with its phase)
     waits = torch.zeros(world, device="cuda", dtype=torch.float64)
     waits[rank] = sync_s[0]
     dist.all_reduce(waits)

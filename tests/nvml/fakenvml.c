@@ -21,13 +21,15 @@
  *   xid I NUM               one XID event NUM on GPU I (delivered once)
  * Every GPU is otherwise healthy: SM 1980/1980 MHz, memory 2619/2619 MHz, 45 C,
  * 300 W of 700 W, 90%/40% busy, PCIe gen 5 x16, 18 NVLinks up, no errors, GPM
- * SMs 90.0% active, 50.0% occupancy, tensor 40.0%, DRAM 30.0% between any two samples;
+ * SMs 90.0% active, 50.0% occupancy, tensor 40.0%, DRAM 30.0% between any two samples
+ * 100 ms apart or more (closer: 0, as the driver's); fake_gpm_gets(I) counts GPU I's samples;
  * UUID GPU-fa4e0000-0000-4000-8000-00000000000I, bus id 00000000:I1:00.0.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 
@@ -474,9 +476,25 @@ typedef struct {
 struct fsample {
 	int magic, gpu;
 	unsigned long long at;
+	long long at_ns; /* CLOCK_MONOTONIC */
 };
 #define SAMPLE_MAGIC 0x67706d31
 static unsigned long long samples_taken;
+static int gets[MAX_GPUS]; /* nvmlGpmSampleGet calls per GPU, for fake_gpm_gets() */
+
+/* Not NVML's: how often a test's agent asked GPU i for a GPM sample. */
+int fake_gpm_gets(int i)
+{
+	return i >= 0 && i < MAX_GPUS ? gets[i] : -1;
+}
+
+static long long mono_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
 typedef struct {
 	unsigned int metricId;
 	nvmlReturn_t nvmlReturn;
@@ -521,12 +539,17 @@ nvmlReturn_t nvmlGpmSampleFree(struct fsample *s)
 
 nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, struct fsample *s)
 {
+	int g_ = (load(), gidx(d));
+
+	if (g_ >= 0)
+		gets[g_]++;
 	DEV(d, K_GPM);
 	(void)v_;
 	if (!s || s->magic != SAMPLE_MAGIC)
 		return E_INVALID;
 	s->gpu = i_;
 	s->at = ++samples_taken;
+	s->at_ns = mono_ns();
 	return OK;
 }
 
@@ -548,7 +571,9 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *q)
 			  m->metricId == 5 ? K_TENSOR : m->metricId == 10 ? K_DRAM_BW : -1;
 
 		m->nvmlReturn = key < 0 ? E_NOT_SUPPORTED : OK;
-		m->value = key < 0 ? 0 : cf.g[b->gpu].v[key] / 10.0;
+		/* as the driver's: samples under 100 ms apart read 0 */
+		m->value = key < 0 || b->at_ns - a->at_ns < 100000000 ? 0
+								   : cf.g[b->gpu].v[key] / 10.0;
 	}
 	return OK;
 }

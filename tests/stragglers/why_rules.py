@@ -35,9 +35,11 @@ NODES = {
     # as busy as "host", but its peers' collective kernels ran 26 points of the window more
     # than its own (spinning in wait for it, which NVML counts as busy): host or GPU
     "spun": {"util": 72, "coll_ms": 2},
-    # GPM: its SMs busy 91 % of the time against 77 % (a neighbour on its GPU), or 64 %
+    # GPM: its SMs busy 91 % of the time against 77.5 (a neighbour on its GPU), or 64 %; or
+    # 3.5 points above the median, an outlier (z 4.7) but under the 5-point gap
     "work": {"sm_busy": 910},
     "starved": {"sm_busy": 640},
+    "near": {"sm_busy": 810},
 }
 
 
@@ -62,7 +64,7 @@ def trace(k, name, o, n=len(NODES)):
             db.execute("INSERT INTO gpu_activity (ts_ns, dur_ns, gpu_index, gpu_uuid, "
                        "sm_active_pm) VALUES (?,?,?,?,?)",
                        (T0 + i * 100 * MS + 5 * MS, 100 * MS, 0, "GPU-%d" % k,
-                        o.get("sm_busy", 770)))
+                        o.get("sm_busy", 770 + 5 * (k % 3))))
         db.execute("INSERT INTO gpu_samples (ts_ns, gpu_index, gpu_uuid, sm_clock_mhz, "
                    "sm_clock_max_mhz, clock_reasons, util_gpu_pct, temp_c) "
                    "VALUES (?,?,?,?,?,?,?,?)",
@@ -132,7 +134,7 @@ for name, r in by.items():
 # (an-run prints NULL as NULL)
 want = {"clean": "NULL", "power": "gpu_clock", "tcp": "tcp", "ib": "ib", "idle": "NULL",
         "blocked": "blocked", "insync": "NULL", "preempt": "preempted", "host": "host",
-        "spun": "host", "work": "gpu_work", "starved": "NULL"}
+        "spun": "host", "work": "gpu_work", "starved": "NULL", "near": "NULL"}
 bad = {n: by[n]["cause"] for n in want if by[n]["cause"] != want[n]}
 assert not bad, bad
 assert by["power"]["likely_cause"] == "GPU 0 at 1,500 MHz vs 1,980 median (power cap)", by["power"]
@@ -153,12 +155,12 @@ assert by["spun"]["likely_cause"] == (
 assert (float(by["spun"]["coll_gpu_pct"]), float(by["spun"]["peer_coll_gpu_pct"])) == \
     (2.2, 27.7), by["spun"]
 assert by["work"]["likely_cause"] == (
-    "GPU 0's SMs busy 91% of the time vs 77% median: more GPU work than its peers, or the "
+    "GPU 0's SMs busy 91% of the time vs 78% median: more GPU work than its peers, or the "
     "same work slower (a process sharing the GPU, uneven work, a slower GPU)"), by["work"]
 assert (float(by["work"]["sm_busy_pct"]), float(by["work"]["peer_sm_busy_pct"])) == \
-    (91.0, 77.0), by["work"]
+    (91.0, 77.5), by["work"]
 assert float(by["starved"]["sm_busy_pct"]) == 64.0, by["starved"]
-for n in ("clean", "idle", "insync", "starved"):
+for n in ("clean", "idle", "insync", "starved", "near"):
     assert by[n]["likely_cause"] == "none measured (GPU clocks, off-CPU, network equal to peers)", \
         by[n]
 # the helper thread's 95 ms of every 100 are not the rank's
@@ -173,5 +175,12 @@ for k, r in spread.items():
     print("spread", k, r["blocked_pct"], r["peer_blocked_pct"], "|", r["likely_cause"])
 top = spread[4]
 assert float(top["blocked_pct"]) - float(top["peer_blocked_pct"]) >= 5, top
+assert all(r["cause"] == "NULL" for r in spread.values()), spread
+
+# five GPUs' SMs busy 70, 75, 80, 85 and 90 % of the time: the last is 10 points above the
+# median, past :sm_gap, but they spread as widely (z 1.3): no cause
+spread = run([trace(k, "smspread%d" % k, {"sm_busy": 700 + 50 * k}, 5) for k in range(5)])
+top = spread[4]
+assert (float(top["sm_busy_pct"]), float(top["peer_sm_busy_pct"])) == (90.0, 80.0), top
 assert all(r["cause"] == "NULL" for r in spread.values()), spread
 print("PASS")
