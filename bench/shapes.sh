@@ -11,7 +11,9 @@
 # first collective to its last (its loss: against the clean job of its shape, and as noisy as
 # this machine: 8 ranks on 2 cores vary by 10 % and more from job to job). Not a test: it
 # records hits, misses and false positives for BENCHMARKS.md.
-# usage: bench/shapes.sh [ddp] [fsdp] [load] [pipe]   (default: all four; as root; env as ctest
+# usage: bench/shapes.sh [ddp] [fsdp] [load] [pipe] [clean]   (default: the first four; as root;
+#   clean: CLEAN_RUNS (20) rounds of a clean job of each of four shapes (DDP with a sync every
+#   step and every 20, blocking, FSDP), every other round under two CPU hogs per core; env as ctest
 #   gives stragglers_live-compute: FLEETQ, AGENTD, TRACEGEN, MKCERTS, STANDIN, PLUGIN, CUPTI,
 #   FLEETQ_SQL_DIR; without CUPTI, no CUDA injection library;
 #   e.g. from `ctest -R stragglers_live-ddp -V`); SHAPES_KEEP=DIR: the agents' trace files are
@@ -23,6 +25,17 @@ export FQ_TESTS=$here/../tests
 live_agents fqshapes
 
 sections=${*:-ddp fsdp load pipe}
+hogs=()
+hogs_on() {
+	for _ in $(seq "$(nproc)") $(seq "$(nproc)"); do
+		timeout 600 sh -c 'while :; do :; done' &
+		hogs+=($!)
+	done
+}
+hogs_off() {
+	[ "${#hogs[@]}" = 0 ] || kill "${hogs[@]}" 2>/dev/null
+	hogs=()
+}
 want() { case " $sections " in *" $1 "*) return 0 ;; esac; return 1; }
 
 job() { # NAME PLANTED fq-workload-args... (a --shape among them replaces ddp)
@@ -69,16 +82,12 @@ want fsdp && {
 	job fsdp-clean-s20 - --shape fsdp --sync-every 20
 }
 want load && {
-	hogs=()
-	for _ in $(seq "$(nproc)") $(seq "$(nproc)"); do
-		timeout 300 sh -c 'while :; do :; done' &
-		hogs+=($!)
-	done
+	hogs_on
 	for i in 1 2 3; do
 		job "load-clean$i" - --sync-every 1
 		job "load-clean-s20-$i" - --sync-every 20
 	done
-	kill "${hogs[@]}" 2>/dev/null
+	hogs_off
 }
 # pipelines: ranks are stage * dp + d
 want pipe && for P in 2 4; do
@@ -90,6 +99,16 @@ want pipe && for P in 2 4; do
 	job "pipe$P-gpu50-r5" 5 "${p[@]}" --sync-every 1 --slow-rank 5 --slow-pct 50 --slow-kind gpu
 	job "pipe$P-busy50-r3" 3 "${p[@]}" --sync-every 1 --slow-rank 3 --slow-pct 50 --slow-kind busy
 	job "pipe$P-stall100-r7" 7 "${p[@]}" --sync-every 1 --slow-rank 7 --slow-pct 100 --slow-kind stall
+done
+# clean jobs, many: what a CI gate or an epilog check sees when nothing is wrong
+want clean && for i in $(seq "${CLEAN_RUNS:-20}"); do
+	l=
+	[ $((i % 2)) = 1 ] || { l=load-; hogs_on; }
+	job "${l}c$i-ddp" - --sync-every 1
+	job "${l}c$i-ddp-s20" - --sync-every 20
+	job "${l}c$i-blk" - --sync-every 1 --blocking
+	job "${l}c$i-fsdp" - --shape fsdp --sync-every 1
+	hogs_off
 done
 if [ -n "${SHAPES_KEEP:-}" ]; then
 	sleep 1
