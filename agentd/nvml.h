@@ -60,6 +60,12 @@ bool gpu_sampler_activity(const struct gpu_sampler *g, int i, struct rec_gpu_act
 struct gpu_proc {
 	int pid;
 	int64_t start_ns; /* processes.start_ns */
+	/*
+	 * Changes when the process execs (same pid and start time, a new environment): a
+	 * launcher's child seen between its fork and its exec still has the launcher's
+	 * environment, so the new one is read again.
+	 */
+	uint32_t gen;
 };
 
 /*

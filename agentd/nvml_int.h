@@ -191,6 +191,7 @@ struct seen {
 	int pid;
 	int64_t start_ns;
 	uint64_t nvml_gpus; /* GPUs already emitted with source nvml */
+	uint32_t gen;       /* gpu_proc.gen of the environment read */
 	bool env_done;
 	bool live; /* in the latest procs list */
 };

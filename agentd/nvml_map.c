@@ -231,6 +231,10 @@ int gpu_sampler_map(struct gpu_sampler *g, int64_t ts_ns, const struct gpu_proc 
 		if (!s)
 			continue;
 		s->live = true;
+		if (s->gen != procs[i].gen) {
+			s->gen = procs[i].gen; /* exec'ed since: its environment is new */
+			s->env_done = false;
+		}
 		if (s->env_done)
 			continue;
 		s->env_done = true;

@@ -71,6 +71,7 @@ struct comm_ent {
 struct proc_ent {
 	int pid;
 	int64_t start_ns;
+	uint32_t gen; /* which of its identities: new after an exec (tracer.proc_gen) */
 	struct proc_ent *next;
 };
 
@@ -114,6 +115,7 @@ struct tracer {
 
 	pthread_mutex_t proc_mu;
 	struct proc_ent *procs[PROC_BUCKETS];
+	uint32_t proc_gen; /* entries added so far (under proc_mu) */
 
 	pthread_mutex_t mu; /* exec watch list, wakeups of disc */
 	pthread_cond_t cv;

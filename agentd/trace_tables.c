@@ -39,6 +39,7 @@ void emit_process(struct tracer *t, int pid)
 	e->start_ns = id->start_boot_ns + t->boot_off;
 	pthread_mutex_lock(&t->proc_mu);
 	pp = &t->procs[(unsigned int)pid % PROC_BUCKETS];
+	e->gen = ++t->proc_gen;
 	e->next = *pp;
 	*pp = e;
 	pthread_mutex_unlock(&t->proc_mu);
@@ -183,7 +184,9 @@ int gpu_list_procs(void *arg, struct gpu_proc *out, int max)
 	pthread_mutex_lock(&t->proc_mu);
 	for (int b = 0; b < PROC_BUCKETS && n < max; b++)
 		for (struct proc_ent *e = t->procs[b]; e && n < max; e = e->next)
-			out[n++] = (struct gpu_proc){ .pid = e->pid, .start_ns = e->start_ns };
+			out[n++] = (struct gpu_proc){ .pid = e->pid,
+						       .start_ns = e->start_ns,
+						       .gen = e->gen };
 	pthread_mutex_unlock(&t->proc_mu);
 	return n;
 }

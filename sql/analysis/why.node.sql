@@ -13,8 +13,9 @@
 -- first to last collective there (t0_ns, t1_ns, this node's clock): every value below is
 -- measured over it, on this node, so that the merge compares ranks over about the same time.
 --   comm_hash, rank, pid, t0_ns, t1_ns
---   gpu_index, gpu_source  the GPU it uses (process_gpus: the driver's list first; of several,
---                          the one with the lowest SM clock); NULL when none is known
+--   gpu_index, gpu_source  the GPU it uses (process_gpus: the driver's list first, else the
+--                          environment's latest mapping; of several, the one with the lowest
+--                          SM clock); NULL when none is known
 --   gpu_samples            gpu_samples rows of that GPU in the window
 --   sm_mhz, sm_max_mhz     mean SM clock, the GPU's maximum
 --   util_pct, temp_c       mean utilization, highest temperature
@@ -82,9 +83,13 @@ rw AS MATERIALIZED (
 pgpu AS (
 	SELECT r.comm_hash, r.rank, r.pid, pg.gpu_uuid, pg.gpu_index, pg.source
 	FROM rw r JOIN process_gpus pg ON pg.pid = r.pid AND pg.start_ns = r.start_ns
-	WHERE pg.source = 'nvml' OR NOT EXISTS (
+	WHERE pg.source = 'nvml' OR (NOT EXISTS (
 		SELECT 1 FROM process_gpus q
 		WHERE q.pid = pg.pid AND q.start_ns = pg.start_ns AND q.source = 'nvml')
+	-- of the environment's, the last read: a process seen between its fork and its exec
+	-- was mapped on its launcher's environment first
+	AND pg.ts_ns = (SELECT max(q.ts_ns) FROM process_gpus q
+			WHERE q.pid = pg.pid AND q.start_ns = pg.start_ns AND q.source != 'nvml'))
 ),
 gs AS (
 	SELECT g.comm_hash, g.rank, g.pid, g.gpu_index, g.gpu_uuid, max(g.source) AS source,

@@ -443,6 +443,93 @@ static struct store *open_store(const char *path)
 	return s;
 }
 
+/*
+ * A launcher's child seen between its fork and its exec: its environment is still the
+ * launcher's (CUDA_VISIBLE_DEVICES=0,1 here). Once it execs with its own (LOCAL_RANK 1 of
+ * 2,3: GPU 3), the tracer gives it a new gen and the map reads it again.
+ */
+static void test_map_exec(void)
+{
+	char *const argv[] = { "sh", "-c",
+			       "read x; exec /usr/bin/env -i CUDA_VISIBLE_DEVICES=2,3 LOCAL_RANK=1 "
+			       "/bin/sleep 30",
+			       NULL };
+	char *const env[] = { "CUDA_VISIBLE_DEVICES=0,1", "PATH=/bin:/usr/bin", NULL };
+	struct got *got = calloc(1, sizeof(*got));
+	struct gpu_proc p;
+	struct gpu_sampler *g;
+	char *cause = NULL;
+	int fds[2], i;
+	pid_t pid;
+
+	if (!got || pipe(fds))
+		DIE("pipe: %s", strerror(errno));
+	pid = fork();
+	if (pid == 0) {
+		dup2(fds[0], 0);
+		close(fds[0]);
+		close(fds[1]);
+		execve("/bin/sh", argv, env);
+		_exit(127);
+	}
+	if (pid < 0)
+		DIE("fork: %s", strerror(errno));
+	close(fds[0]);
+	for (i = 0; i < 200; i++) { /* the shell has exec'ed: its environ is env[] */
+		char path[64], buf[64] = "";
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+		if ((f = fopen(path, "r"))) {
+			if (!fgets(buf, sizeof(buf), f))
+				buf[0] = '\0';
+			fclose(f);
+		}
+		if (!strncmp(buf, "sh", 2))
+			break;
+		usleep(10000);
+	}
+	write_config("gpus 4\n");
+	g = gpu_sampler_new(fake_lib, &cause);
+	if (!g)
+		DIE("fake NVML did not start: %s", cause ? cause : "?");
+	p = (struct gpu_proc){ .pid = pid, .start_ns = 44, .gen = 7 };
+	CHECK_EQ(gpu_sampler_map(g, 100, &p, 1, collect_map, got), 2);
+	CHECK(mapped(got, pid, 0, "cuda_visible_devices"));
+	CHECK(mapped(got, pid, 1, "cuda_visible_devices"));
+	/* the same identity: read once */
+	CHECK_EQ(gpu_sampler_map(g, 200, &p, 1, collect_map, got), 0);
+	if (write(fds[1], "\n", 1) != 1)
+		DIE("write: %s", strerror(errno));
+	close(fds[1]);
+	for (i = 0; i < 200; i++) {
+		char path[64], buf[64] = "";
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+		if ((f = fopen(path, "r"))) {
+			if (!fgets(buf, sizeof(buf), f))
+				buf[0] = '\0';
+			fclose(f);
+		}
+		if (!strncmp(buf, "sleep", 5))
+			break;
+		usleep(10000);
+	}
+	CHECK(i < 200);
+	/* the tracer saw its exec: a new identity, the same pid and start time */
+	got->m = 0;
+	p.gen = 8;
+	CHECK_EQ(gpu_sampler_map(g, 300, &p, 1, collect_map, got), 1);
+	CHECK(mapped(got, pid, 3, "local_rank"));
+	CHECK_EQ(got->p[0].start_ns, 44);
+	CHECK_EQ(got->p[0].ts_ns, 300);
+	gpu_sampler_free(g);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	free(got);
+}
+
 static void test_thread(const char *dir)
 {
 	char path[512], *cause = NULL, cf[128];
@@ -639,6 +726,7 @@ int main(int argc, char **argv)
 	test_gpm();
 	test_env_rule();
 	test_map();
+	test_map_exec();
 	test_thread(dir);
 	test_old_file(dir);
 	test_retain(dir);

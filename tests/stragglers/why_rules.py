@@ -7,7 +7,8 @@
 # cause; a rank like its peers gets "none measured"; a rank past the margin among ranks that
 # spread as widely (a loaded host) is no outlier; a GPU less busy than its peers' by the margin
 # points at its host; a GPU whose SMs (GPM) were busier than its peers' by the margin did more
-# GPU work than they did; one as much less busy is not a GPU cause.
+# GPU work than they did; one as much less busy is not a GPU cause; a process mapped to
+# GPUs on its launcher's environment (before its exec), then on its own, uses the latter.
 # usage: why_rules.py AN_RUN SQL_DIR SCHEMA_SQL WORKDIR
 import csv
 import os
@@ -52,8 +53,23 @@ def trace(k, name, o, n=len(NODES)):
     pid = 100 + k
     db.execute("INSERT INTO processes (pid, start_ns, comm, rank, job_id) VALUES (?,?,?,?,?)",
                (pid, T0 - 1000 * MS, "python", k, "7"))
-    db.execute("INSERT INTO process_gpus VALUES (?,?,?,?,?,?)",
-               (pid, T0 - 1000 * MS, 0, "GPU-%d" % k, "nvml", T0))
+    if o.get("preexec"):
+        # no driver list; its environment read first between its launcher's fork and its
+        # exec (the launcher's CUDA_VISIBLE_DEVICES: GPU 1, power-capped), then after it
+        # (LOCAL_RANK: GPU 0)
+        db.execute("INSERT INTO process_gpus VALUES (?,?,?,?,?,?)",
+                   (pid, T0 - 1000 * MS, 1, "GPU-L%d" % k, "cuda_visible_devices", T0 - 900 * MS))
+        db.execute("INSERT INTO process_gpus VALUES (?,?,?,?,?,?)",
+                   (pid, T0 - 1000 * MS, 0, "GPU-%d" % k, "local_rank", T0 - 800 * MS))
+        for i in range(10):
+            db.execute("INSERT INTO gpu_samples (ts_ns, gpu_index, gpu_uuid, sm_clock_mhz, "
+                       "sm_clock_max_mhz, clock_reasons, util_gpu_pct, temp_c) "
+                       "VALUES (?,?,?,?,?,?,?,?)",
+                       (T0 + i * 100 * MS + 5 * MS, 1, "GPU-L%d" % k, 1000 + 10 * k, 1980,
+                        0x4, 90, 45))
+    else:
+        db.execute("INSERT INTO process_gpus VALUES (?,?,?,?,?,?)",
+                   (pid, T0 - 1000 * MS, 0, "GPU-%d" % k, "nvml", T0))
     for i in range(10):
         db.execute("INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_hash, rank, nranks, "
                    "seq, op, count) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -183,4 +199,10 @@ spread = run([trace(k, "smspread%d" % k, {"sm_busy": 700 + 50 * k}, 5) for k in 
 top = spread[4]
 assert (float(top["sm_busy_pct"]), float(top["peer_sm_busy_pct"])) == (90.0, 80.0), top
 assert all(r["cause"] == "NULL" for r in spread.values()), spread
+# mapped on its launcher's environment before its exec, then on its own: the latter counts
+# (the launcher's GPU, power-capped and of the lowest clock, would be picked otherwise)
+pre = run([trace(k, "preexec%d" % k, {"preexec": 1}, 3) for k in range(3)])
+for k, r in pre.items():
+    assert (r["gpu_index"], float(r["sm_mhz"]), r["gpu_reason"]) == ("0", 1980, "NULL"), r
+    assert r["cause"] == "NULL", r
 print("PASS")
