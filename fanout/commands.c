@@ -19,6 +19,7 @@
 #include "analysis.h"
 #include "cli.h"
 #include "commands_int.h"
+#include "compat.h"
 #include "coverage.h"
 #include "direct.h"
 #include "fanout.h"
@@ -419,6 +420,11 @@ int run_fanout(struct run *r)
 	/* A closed stdout must not kill us (and SSL writes must not either). */
 	signal(SIGPIPE, SIG_IGN);
 	err = gather_run(r->fo, &r->fp, r->m, r->cov, r->dout, &r->cause);
+	/* an analysis reads tables older agents lack: those nodes are asked again */
+	free(r->compat_note);
+	r->compat_note = NULL;
+	if (!err && r->c->flags & CMD_ANALYSIS && r->fp.sql)
+		err = compat_retry(&r->fp, r->m, r->cov, &r->compat_note, &r->cause);
 	if (err)
 		return usage_error("%s", r->cause ? r->cause : strerror(-err));
 	r->cov_json = coverage_json(r->cov);
@@ -458,6 +464,8 @@ int run_finish(struct run *r, int ret)
 		fprintf(stderr, "fleetq: %s\n", r->short_of);
 	if (c->verdict && !q->quiet && !ret && !r->short_of)
 		c->verdict(r);
+	if (!q->quiet && r->compat_note)
+		fprintf(stderr, "fleetq: %s\n", r->compat_note);
 	if (!q->quiet && r->summary)
 		fprintf(stderr, "%s\n", r->summary);
 	/* The same refusal of the SQL on every node that answered: the query is wrong. */
@@ -523,6 +531,7 @@ static void run_release(struct run *r)
 	free(r->sql_buf);
 	free(r->sess_dir);
 	free(r->summary);
+	free(r->compat_note);
 	free(r->common);
 	free(r->cov_json);
 	an_findings_release(&r->fd);

@@ -46,6 +46,7 @@ struct run {
 	size_t nqvals;
 	const char **hosts;
 	char *cause, *sql_buf, *summary, *common, *cov_json, *sess_dir, *short_of;
+	char *compat_note; /* nodes whose agents lack a table, asked again (compat.h) */
 	char window[96];
 	long long fail_rows;
 	int format;

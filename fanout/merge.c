@@ -287,6 +287,8 @@ out:
 	return err;
 }
 
+static int tab_insert(struct merge *m, struct tab *tb, char **cause);
+
 /* The table of a column set and its insert, on the thread that writes. */
 static int tab_create(struct merge *m, struct tab *tb, char **cause)
 {
@@ -310,7 +312,19 @@ static int tab_create(struct merge *m, struct tab *tb, char **cause)
 		goto out;
 	}
 	tb->created = 1;
-	b.len = 0;
+	err = tab_insert(m, tb, cause);
+out:
+	sb_release(&b);
+	return err;
+}
+
+/* The insert of a column set's table: rowid, node, the columns. */
+static int tab_insert(struct merge *m, struct tab *tb, char **cause)
+{
+	struct strbuf b = STRBUF_INIT;
+	int err = -ENOMEM;
+	size_t i;
+
 	sb_puts(&b, "INSERT INTO ");
 	sb_puts(&b, tb->name);
 	sb_putc(&b, '(');
@@ -569,6 +583,80 @@ int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rt
 	if (sqlite3_step(st) != SQLITE_DONE)
 		err = db_fail(m->db, "cannot insert clock", cause);
 	sqlite3_finalize(st);
+	return err;
+}
+
+int merge_absorb(struct merge *m, struct merge *src, const size_t *host, size_t n,
+		 char **cause)
+{
+	sqlite3_stmt *sel = NULL, *clk = NULL;
+	struct tab *tb, *from;
+	int err = 0, rc = SQLITE_ROW, k = 0, fresh = !m->nt;
+	char *sql;
+
+	*cause = NULL;
+	if (src->nt) {
+		if (!src->chosen && merge_choose(src, 0, cause))
+			return -EIO;
+		from = &src->t[0];
+		/* nobody answered the first time: the first answer's columns */
+		for (size_t j = 0; fresh && j < n; j++)
+			k = merge_columns(m, host[j], 1, from->ncols,
+					  (const char *const *)from->names, cause);
+		if (k < 0)
+			return k;
+		if (!m->chosen && merge_choose(m, k, cause))
+			return -EIO;
+		tb = &m->t[0];
+		if (!same_set(tb, from->ncols, (const char *const *)from->names))
+			return fq_fail(cause, -EINVAL, "%zu columns, the nodes that answered first have %zu",
+				       from->ncols, tb->ncols);
+		if ((m->in_txn && merge_finish(m, cause)) || tab_insert(m, tb, cause) ||
+		    begin(m, cause))
+			return -EIO;
+		sql = sqlite3_mprintf("SELECT %s, * FROM results", from->rowid);
+		if (!sql || sqlite3_prepare_v2(src->db, sql, -1, &sel, NULL)) {
+			err = sql ? db_fail(src->db, "cannot read the rows asked again", cause)
+				  : -ENOMEM;
+			rc = SQLITE_DONE;
+		}
+		sqlite3_free(sql);
+		while (rc == SQLITE_ROW && (rc = sqlite3_step(sel)) == SQLITE_ROW) {
+			int64_t id = sqlite3_column_int64(sel, 0);
+			size_t j = (size_t)(id >> ROW_BITS);
+
+			if (j >= n)
+				continue;
+			sqlite3_bind_int64(tb->ins, 1,
+					   (int64_t)host[j] << ROW_BITS |
+						   (id & (((int64_t)1 << ROW_BITS) - 1)));
+			for (size_t i = 0; i <= tb->ncols; i++)
+				sqlite3_bind_value(tb->ins, (int)i + 2, sqlite3_column_value(sel, (int)i + 1));
+			if (sqlite3_step(tb->ins) != SQLITE_DONE) {
+				err = db_fail(m->db, "cannot insert", cause);
+				rc = SQLITE_DONE;
+			}
+			sqlite3_reset(tb->ins);
+		}
+		if (!err && rc != SQLITE_DONE)
+			err = db_fail(src->db, "cannot read the rows asked again", cause);
+		sqlite3_finalize(sel);
+		sqlite3_finalize(tb->ins);
+		tb->ins = NULL;
+		if (err)
+			return err;
+		if (merge_finish(m, cause))
+			return -EIO;
+	}
+	/* their clocks, as this fan-out measured them */
+	if (sqlite3_prepare_v2(src->db, "SELECT node, offset_ns, rtt_ns, samples FROM clock", -1,
+			       &clk, NULL))
+		return db_fail(src->db, "cannot read the clocks", cause);
+	while (!err && sqlite3_step(clk) == SQLITE_ROW)
+		err = merge_clock(m, (const char *)sqlite3_column_text(clk, 0),
+				  sqlite3_column_int64(clk, 1), sqlite3_column_int64(clk, 2),
+				  sqlite3_column_int64(clk, 3), cause);
+	sqlite3_finalize(clk);
 	return err;
 }
 

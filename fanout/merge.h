@@ -75,6 +75,15 @@ int merge_clock(struct merge *m, const char *node, int64_t offset_ns, int64_t rt
 		int64_t samples, char **cause);
 
 /*
+ * After src's fan-out to some of m's hosts (its host j is m's host[j], n of them): its
+ * rows join m's results in their hosts' places (m takes src's columns where no host
+ * answered m's own fan-out) and its clock rows replace m's. -EINVAL with *cause: src's
+ * columns are not results'; -EIO with *cause: the merge database failed.
+ */
+int merge_absorb(struct merge *m, struct merge *src, const size_t *host, size_t n,
+		 char **cause);
+
+/*
  * Renames table results to name (a plain identifier) and forgets its columns, so the
  * next fan-out into m makes a new results table: several fan-outs, one database
  * (fleetq gate fetches one trace table per fan-out). 0 when there was no results

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat.h"
 #include "coverage.h"
 #include "gather.h"
 #include "merge.h"
@@ -169,6 +170,12 @@ int why_attach(sqlite3 *db, const struct an_plan *plan, const struct fanout_para
 		goto out;
 	}
 	err = gather_run(fo, &p, m, cov, NULL, cause);
+	if (!err) {
+		char *note = NULL; /* (the verdict's fan-out said it) */
+
+		err = compat_retry(&p, m, cov, &note, cause);
+		free(note);
+	}
 	if (err)
 		goto out;
 	if (!merge_has_table(m)) {
