@@ -83,6 +83,27 @@ static int mapped(const struct got *g, int pid, int gpu, const char *src)
 	return 0;
 }
 
+/* Whether pid's command name comes to start with name within 2 s (it has exec'ed). */
+static int wait_comm(pid_t pid, const char *name)
+{
+	for (int i = 0; i < 200; i++) {
+		char path[64], buf[64] = "";
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+		f = fopen(path, "r");
+		if (f) {
+			if (!fgets(buf, sizeof(buf), f))
+				buf[0] = '\0';
+			fclose(f);
+		}
+		if (!strncmp(buf, name, strlen(name)))
+			return 1;
+		usleep(10000);
+	}
+	return 0;
+}
+
 /* A child that sleeps with this environment (exec'ed: /proc/PID/environ is it). */
 static pid_t sleeper(char *const env[])
 {
@@ -96,21 +117,7 @@ static pid_t sleeper(char *const env[])
 	if (pid < 0)
 		DIE("fork: %s", strerror(errno));
 	/* until the exec is done, environ is still ours */
-	for (int i = 0; i < 200; i++) {
-		char path[64], buf[64] = "";
-		FILE *f;
-
-		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-		f = fopen(path, "r");
-		if (f) {
-			if (!fgets(buf, sizeof(buf), f))
-				buf[0] = '\0';
-			fclose(f);
-		}
-		if (!strncmp(buf, "sleep", 5))
-			break;
-		usleep(10000);
-	}
+	wait_comm(pid, "sleep");
 	return pid;
 }
 
@@ -459,7 +466,7 @@ static void test_map_exec(void)
 	struct gpu_proc p;
 	struct gpu_sampler *g;
 	char *cause = NULL;
-	int fds[2], i;
+	int fds[2];
 	pid_t pid;
 
 	if (!got || pipe(fds))
@@ -475,20 +482,7 @@ static void test_map_exec(void)
 	if (pid < 0)
 		DIE("fork: %s", strerror(errno));
 	close(fds[0]);
-	for (i = 0; i < 200; i++) { /* the shell has exec'ed: its environ is env[] */
-		char path[64], buf[64] = "";
-		FILE *f;
-
-		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-		if ((f = fopen(path, "r"))) {
-			if (!fgets(buf, sizeof(buf), f))
-				buf[0] = '\0';
-			fclose(f);
-		}
-		if (!strncmp(buf, "sh", 2))
-			break;
-		usleep(10000);
-	}
+	CHECK(wait_comm(pid, "sh")); /* the shell has exec'ed: its environ is env[] */
 	write_config("gpus 4\n");
 	g = gpu_sampler_new(fake_lib, &cause);
 	if (!g)
@@ -502,21 +496,7 @@ static void test_map_exec(void)
 	if (write(fds[1], "\n", 1) != 1)
 		DIE("write: %s", strerror(errno));
 	close(fds[1]);
-	for (i = 0; i < 200; i++) {
-		char path[64], buf[64] = "";
-		FILE *f;
-
-		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-		if ((f = fopen(path, "r"))) {
-			if (!fgets(buf, sizeof(buf), f))
-				buf[0] = '\0';
-			fclose(f);
-		}
-		if (!strncmp(buf, "sleep", 5))
-			break;
-		usleep(10000);
-	}
-	CHECK(i < 200);
+	CHECK(wait_comm(pid, "sleep"));
 	/* the tracer saw its exec: a new identity, the same pid and start time */
 	got->m = 0;
 	p.gen = 8;
