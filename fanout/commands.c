@@ -19,6 +19,7 @@
 #include "analysis.h"
 #include "cli.h"
 #include "commands_int.h"
+#include "clock.h"
 #include "compat.h"
 #include "coverage.h"
 #include "direct.h"
@@ -396,6 +397,7 @@ static int run_setup(struct run *r)
 int run_fanout(struct run *r)
 {
 	struct query_opts *q = r->q;
+	int64_t started;
 	int err;
 
 	r->out = output_new(STDOUT_FILENO, r->format == FMT_REPORT ? FQ_FMT_TABLE : r->format);
@@ -419,12 +421,13 @@ int run_fanout(struct run *r)
 		return usage_error("%s", r->cause ? r->cause : "out of memory");
 	/* A closed stdout must not kill us (and SSL writes must not either). */
 	signal(SIGPIPE, SIG_IGN);
+	started = clock_ns(CLOCK_MONOTONIC);
 	err = gather_run(r->fo, &r->fp, r->m, r->cov, r->dout, &r->cause);
 	/* an analysis reads tables older agents lack: those nodes are asked again */
 	free(r->compat_note);
 	r->compat_note = NULL;
 	if (!err && r->c->flags & CMD_ANALYSIS && r->fp.sql)
-		err = compat_retry(&r->fp, r->m, r->cov, &r->compat_note, &r->cause);
+		err = compat_retry(&r->fp, started, r->m, r->cov, &r->compat_note, &r->cause);
 	if (err)
 		return usage_error("%s", r->cause ? r->cause : strerror(-err));
 	r->cov_json = coverage_json(r->cov);

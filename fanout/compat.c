@@ -11,6 +11,7 @@
 #include <sqlite3.h>
 
 #include "cause.h"
+#include "clock.h"
 #include "fqsql.h"
 #include "gather.h"
 #include "strbuf.h"
@@ -211,10 +212,10 @@ char *compat_sql(const char *sql, const char *const *tables, size_t n, int *err)
 	return out;
 }
 
-/* One group: the nodes lacking the same tables, asked again. */
-static int ask_again(const struct fanout_params *fp, const struct schema *s, uint64_t mask,
-		     const size_t *host, size_t k, struct merge *m, struct coverage *cov,
-		     char **cause)
+/* One group: the nodes lacking the same tables, asked again within left_ms. */
+static int ask_again(const struct fanout_params *fp, int64_t left_ms, const struct schema *s,
+		     uint64_t mask, const size_t *host, size_t k, struct merge *m,
+		     struct coverage *cov, char **cause)
 {
 	const char **names = calloc(k, sizeof(*names)), *tabs[COMPAT_MAX];
 	struct fanout_params p = *fp;
@@ -239,6 +240,10 @@ static int ask_again(const struct fanout_params *fp, const struct schema *s, uin
 	p.nhosts = k;
 	p.sql = sql;
 	p.progress = 0;
+	if (left_ms < p.timeout_ms || p.timeout_ms <= 0)
+		p.timeout_ms = left_ms;
+	if (p.connect_timeout_ms > p.timeout_ms)
+		p.connect_timeout_ms = p.timeout_ms;
 	fo = fanout_new(&p, cause);
 	m2 = merge_new(cause);
 	c2 = coverage_new(k, names);
@@ -301,8 +306,8 @@ static char *make_note(const struct schema *s, const uint64_t *lack, size_t nh,
 	return b.oom ? (sb_release(&b), NULL) : sb_detach(&b);
 }
 
-int compat_retry(const struct fanout_params *fp, struct merge *m, struct coverage *cov,
-		 char **note, char **cause)
+int compat_retry(const struct fanout_params *fp, int64_t started_ns, struct merge *m,
+		 struct coverage *cov, char **note, char **cause)
 {
 	size_t n = fp->nhosts ? fp->nhosts : 1;
 	uint64_t *lack = calloc(n, sizeof(*lack));
@@ -354,7 +359,14 @@ int compat_retry(const struct fanout_params *fp, struct merge *m, struct coverag
 					host[k++] = j;
 				}
 			}
-			err = ask_again(fp, &s, lack[h], host, k, m, cov, cause);
+			int64_t left = fp->timeout_ms -
+				       (clock_ns(CLOCK_MONOTONIC) - started_ns) / 1000000;
+
+			/* no time left: their "no such table" stands */
+			if (fp->timeout_ms > 0 && left < COMPAT_MIN_MS)
+				break;
+			err = ask_again(fp, fp->timeout_ms > 0 ? left : 0, &s, lack[h], host, k, m,
+					cov, cause);
 		}
 	}
 	if (!err && open)

@@ -36,11 +36,14 @@ char *compat_sql(const char *sql, const char *const *tables, size_t n, int *err)
  * table of the schema is asked again (the same parameters) with it read as empty, up to
  * COMPAT_ROUNDS times (one missing table named per answer); its rows join m's results in
  * its hostlist place, its outcome replaces the first in cov. *note (malloc'd, or NULL):
- * "2 nodes' agents predate table gpu_busy: read as empty there (...)" for the user. 0, or
+ * "2 nodes' agents predate table gpu_busy: read as empty there (...)" for the user. The
+ * second fan-outs share the first one's time: they end by started_ns (CLOCK_MONOTONIC, when
+ * the first began) plus fp->timeout_ms, and none starts with under COMPAT_MIN_MS left. 0, or
  * -errno with *cause for local failures (the merge database).
  */
 #define COMPAT_ROUNDS 6
-int compat_retry(const struct fanout_params *fp, struct merge *m, struct coverage *cov,
-		 char **note, char **cause);
+#define COMPAT_MIN_MS 200
+int compat_retry(const struct fanout_params *fp, int64_t started_ns, struct merge *m,
+		 struct coverage *cov, char **note, char **cause);
 
 #endif

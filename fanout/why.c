@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "compat.h"
 #include "coverage.h"
 #include "gather.h"
@@ -150,6 +151,7 @@ int why_attach(sqlite3 *db, const struct an_plan *plan, const struct fanout_para
 	struct fanout *fo = NULL;
 	struct merge *m = NULL;
 	struct coverage *cov = NULL;
+	int64_t started;
 	int err;
 
 	*cause = NULL;
@@ -169,11 +171,12 @@ int why_attach(sqlite3 *db, const struct an_plan *plan, const struct fanout_para
 		err = *cause ? -EIO : fq_fail(cause, -ENOMEM, "out of memory");
 		goto out;
 	}
+	started = clock_ns(CLOCK_MONOTONIC);
 	err = gather_run(fo, &p, m, cov, NULL, cause);
 	if (!err) {
 		char *note = NULL; /* (the verdict's fan-out said it) */
 
-		err = compat_retry(&p, m, cov, &note, cause);
+		err = compat_retry(&p, started, m, cov, &note, cause);
 		free(note);
 	}
 	if (err)
