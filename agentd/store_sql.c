@@ -289,9 +289,17 @@ const struct rec_table rec_tables[REC_KIND_MAX + 1] = {
 	[REC_GROUP] = { TABLE("nccl_groups", rec_group, group_cols) },
 	[REC_KERNEL] = { TABLE("nccl_kernels", rec_kernel, kernel_cols), .ts_key = true },
 	[REC_GPU] = { TABLE("gpu_samples", rec_gpu, gpu_cols) },
-	/* first sighting wins: the row says since when the process has used the GPU */
+	/*
+	 * The driver's list: the first sighting stays (since when the process has used the
+	 * GPU). The environment's: the latest read that named it, so that the rows of a
+	 * process's last read (after its exec; nvml_map.c) are the latest ones, even where
+	 * that read named a GPU of an earlier one again
+	 */
 	[REC_PROCESS_GPU] = { TABLE("process_gpus", rec_process_gpu, process_gpu_cols),
-			      .conflict = CONFLICT_IGNORE },
+			      .sql = "INSERT INTO process_gpus (pid, start_ns, gpu_index, gpu_uuid, "
+				     "source, ts_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+				     "ON CONFLICT (pid, start_ns, gpu_uuid, source) DO UPDATE "
+				     "SET ts_ns = max(ts_ns, excluded.ts_ns) WHERE source != 'nvml'" },
 	[REC_BUSY] = { TABLE("gpu_busy", rec_busy, busy_cols), .ts_key = true },
 	[REC_GPU_ACT] = { TABLE("gpu_activity", rec_gpu_act, gpu_act_cols) },
 };

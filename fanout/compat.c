@@ -43,7 +43,8 @@ static int schema_open(struct schema *s)
 	memset(s, 0, sizeof(*s));
 	if (sqlite3_open_v2(":memory:", &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL))
 		goto out;
-	if (fqsql_schema_apply(s->db, &cause))
+	/* (its functions too: the node SQL is prepared here for its column names) */
+	if (fqsql_schema_apply(s->db, &cause) || fqsql_register(s->db))
 		goto out;
 	if (sqlite3_prepare_v2(s->db,
 			       "SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name",
@@ -218,7 +219,11 @@ static int ask_again(const struct fanout_params *fp, int64_t left_ms, const stru
 		     struct coverage *cov, char **cause)
 {
 	const char **names = calloc(k, sizeof(*names)), *tabs[COMPAT_MAX];
+	const char *const *want;
+	const char **local = NULL;
 	struct fanout_params p = *fp;
+	sqlite3_stmt *st = NULL;
+	size_t nwant = 0;
 	struct coverage *c2 = NULL;
 	struct merge *m2 = NULL;
 	struct fanout *fo = NULL;
@@ -251,14 +256,28 @@ static int ask_again(const struct fanout_params *fp, int64_t left_ms, const stru
 		err = *cause ? -EIO : fq_fail(cause, -ENOMEM, "out of memory");
 		goto out;
 	}
-	err = gather_run(fo, &p, m2, c2, NULL, cause);
+	/*
+	 * the first answers' columns win, or where none came, those of the query on an empty
+	 * trace of this schema: a node that sends others fails alone
+	 */
+	want = merge_has_table(m) ? merge_set_names(m, 0, &nwant) : NULL;
+	if (!want && !sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) &&
+	    sqlite3_column_count(st) > 0) {
+		nwant = (size_t)sqlite3_column_count(st);
+		local = calloc(nwant, sizeof(*local));
+		for (size_t i = 0; local && i < nwant; i++)
+			local[i] = sqlite3_column_name(st, (int)i);
+		want = local;
+	}
+	err = gather_run_want(fo, &p, m2, c2, want, nwant, cause);
 	if (err)
 		goto out;
 	err = merge_absorb(m, m2, host, k, cause);
 	if (err == -EINVAL) {
-		/* another column set than the nodes that answered first: theirs wins */
+		/* (none sent them) another column set than the first answers': theirs wins */
 		for (size_t j = 0; j < k; j++)
-			if (coverage_outcome(c2, j) == FQ_OK)
+			if (coverage_outcome(c2, j) == FQ_OK ||
+			    coverage_outcome(c2, j) == FQ_TRUNCATED)
 				coverage_set(c2, j, FQ_COLUMNS, coverage_rows(c2, j), *cause);
 		free(*cause);
 		*cause = NULL;
@@ -266,13 +285,17 @@ static int ask_again(const struct fanout_params *fp, int64_t left_ms, const stru
 	}
 	if (err)
 		goto out;
-	for (size_t j = 0; j < k; j++)
+	for (size_t j = 0; j < k; j++) {
 		coverage_set(cov, host[j], coverage_outcome(c2, j), coverage_rows(c2, j),
 			     coverage_message(c2, j));
+		coverage_set_status(cov, host[j], coverage_status(c2, j));
+	}
 out:
 	fanout_free(fo);
 	merge_free(m2);
 	coverage_free(c2);
+	free(local);
+	sqlite3_finalize(st);
 	free(sql);
 	free(names);
 	return err;
@@ -315,9 +338,12 @@ int compat_retry(const struct fanout_params *fp, int64_t started_ns, struct merg
 	char *todo = calloc(n, 1);
 	struct schema s = { 0 };
 	int err = 0, open = 0;
+	size_t groups;
 
 	*note = NULL;
 	*cause = NULL;
+	if (fp->interrupt && *fp->interrupt)
+		goto out;
 	if (!lack || !host || !todo) {
 		err = fq_fail(cause, -ENOMEM, "out of memory");
 		goto out;
@@ -347,24 +373,37 @@ int compat_retry(const struct fanout_params *fp, int64_t started_ns, struct merg
 		}
 		if (!more)
 			break;
-		/* one fan-out per set of missing tables (a fleet has few agent versions) */
+		/* one fan-out per set of missing tables (a fleet has few agent versions), each
+		 * with an equal share of the time left: a group that stalls keeps no other from
+		 * its turn */
+		groups = 0;
+		for (size_t h = 0; h < fp->nhosts; h++) {
+			size_t j = 0;
+
+			while (j < h && !(todo[j] && lack[j] == lack[h]))
+				j++;
+			groups += todo[h] && j == h;
+		}
 		for (size_t h = 0; h < fp->nhosts && !err; h++) {
+			int64_t left;
 			size_t k = 0;
 
 			if (!todo[h])
 				continue;
+			if (fp->interrupt && *fp->interrupt)
+				break; /* Ctrl-C: their "no such table" stands */
 			for (size_t j = h; j < fp->nhosts; j++) {
 				if (todo[j] && lack[j] == lack[h]) {
 					todo[j] = 0;
 					host[k++] = j;
 				}
 			}
-			int64_t left = fp->timeout_ms -
-				       (clock_ns(CLOCK_MONOTONIC) - started_ns) / 1000000;
-
+			left = (fp->timeout_ms - (clock_ns(CLOCK_MONOTONIC) - started_ns) / 1000000) /
+			       (int64_t)(groups ? groups : 1);
+			groups--;
 			/* no time left: their "no such table" stands */
 			if (fp->timeout_ms > 0 && left < COMPAT_MIN_MS)
-				break;
+				continue;
 			err = ask_again(fp, fp->timeout_ms > 0 ? left : 0, &s, lack[h], host, k, m,
 					cov, cause);
 		}

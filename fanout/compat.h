@@ -38,7 +38,9 @@ char *compat_sql(const char *sql, const char *const *tables, size_t n, int *err)
  * its hostlist place, its outcome replaces the first in cov. *note (malloc'd, or NULL):
  * "2 nodes' agents predate table gpu_busy: read as empty there (...)" for the user. The
  * second fan-outs share the first one's time: they end by started_ns (CLOCK_MONOTONIC, when
- * the first began) plus fp->timeout_ms, and none starts with under COMPAT_MIN_MS left. 0, or
+ * the first began) plus fp->timeout_ms, each group of nodes (those lacking the same tables)
+ * with an equal share of what is left, and none starts with under COMPAT_MIN_MS; the first
+ * fan-out's columns win (gather_run_want), and nothing is asked after Ctrl-C. 0, or
  * -errno with *cause for local failures (the merge database).
  */
 #define COMPAT_ROUNDS 6

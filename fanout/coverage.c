@@ -76,6 +76,11 @@ void coverage_set(struct coverage *c, size_t i, int outcome, int64_t rows, const
 	nc->message = message ? fq_printable(message) : NULL;
 }
 
+int coverage_status(const struct coverage *c, size_t i)
+{
+	return i < c->n ? c->nodes[i].status : 0;
+}
+
 void coverage_set_status(struct coverage *c, size_t i, int status)
 {
 	c->nodes[i].status = status;

@@ -51,6 +51,7 @@ void coverage_free(struct coverage *c);
 void coverage_set(struct coverage *c, size_t i, int outcome, int64_t rows, const char *message);
 /* Node i's END status (enum wire_status), after coverage_set. */
 void coverage_set_status(struct coverage *c, size_t i, int status);
+int coverage_status(const struct coverage *c, size_t i); /* 0: none or ok */
 /* 1 when every node that answered refused the query itself (syntax, missing
  * table, a write: END sql error or denied): the user's mistake, exit 2. */
 int coverage_user_sql_error(const struct coverage *c);

@@ -38,6 +38,9 @@ struct gather {
 	size_t unsettled; /* hosts with neither COLUMNS nor an end yet */
 	int settled;
 	int majority; /* a set has more than half of all hosts: settle now */
+	/* The column set that wins whenever a host sends it (gather_run_want), or NULL. */
+	const char *const *want;
+	size_t nwant;
 	int winner;   /* the winning column set (merge_set_of()), or -1 */
 	/* Hosts per column set: past half of all hosts a set has won already. */
 	size_t set_hosts[MERGE_SETS_MAX];
@@ -60,6 +63,20 @@ static const char *set_differs(struct gather *g, int k, char *buf, size_t len)
 			 i + 1, i < na ? a[i] : "?", agree, agree == 1 ? "" : "s",
 			 i < nb ? b[i] : "?");
 	return buf;
+}
+
+/* Set k is the wanted one. */
+static int is_wanted(struct gather *g, int k)
+{
+	size_t n;
+	const char *const *names = merge_set_names(g->m, k, &n);
+
+	if (!g->want || n != g->nwant)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(names[i], g->want[i]))
+			return 0;
+	return 1;
 }
 
 /*
@@ -96,6 +113,9 @@ static int settle(struct gather *g)
 		for (size_t k = 1; k < ns; k++)
 			if (count[k] > count[g->winner] ||
 			    (count[k] == count[g->winner] && first[k] < first[g->winner]))
+				g->winner = (int)k;
+		for (size_t k = 0; k < ns && g->want; k++)
+			if (is_wanted(g, (int)k) && count[k])
 				g->winner = (int)k;
 		free(count);
 		free(first);
@@ -168,8 +188,9 @@ static int g_columns(void *ctx, size_t first, size_t count, size_t ncols,
 			g->leaves[h].has_cols = 1;
 			g->unsettled--;
 		}
-	/* More than half of all hosts agree: no other set can win, rows go on now. */
-	if (!g->settled && 2 * g->set_hosts[set] > g->nh)
+	/* More than half of all hosts agree: no other set can win, rows go on now (the
+	 * wanted set wins at its first host) */
+	if (!g->settled && (g->want ? is_wanted(g, set) : 2 * g->set_hosts[set] > g->nh))
 		g->majority = 1;
 	return 0;
 }
@@ -224,11 +245,12 @@ static int g_done(void *ctx, size_t h, int outcome, int64_t rows, const char *ms
 	return stop(g, err);
 }
 
-int gather_run(struct fanout *fo, const struct fanout_params *p, struct merge *m,
-	       struct coverage *cov, struct direct *direct, char **cause)
+static int run(struct fanout *fo, const struct fanout_params *p, struct merge *m,
+	       struct coverage *cov, struct direct *direct, const char *const *want, size_t nwant,
+	       char **cause)
 {
 	struct gather g = { .fo = fo, .p = p, .m = m, .cov = cov, .direct = direct,
-			    .nh = p->nhosts };
+			    .nh = p->nhosts, .want = want, .nwant = nwant };
 	struct fanout_sink sink = {
 		.ctx = &g,
 		.columns = g_columns,
@@ -276,4 +298,16 @@ out:
 		direct_free(g.dq);
 	free(g.leaves);
 	return err;
+}
+
+int gather_run(struct fanout *fo, const struct fanout_params *p, struct merge *m,
+	       struct coverage *cov, struct direct *direct, char **cause)
+{
+	return run(fo, p, m, cov, direct, NULL, 0, cause);
+}
+
+int gather_run_want(struct fanout *fo, const struct fanout_params *p, struct merge *m,
+		    struct coverage *cov, const char *const *want, size_t nwant, char **cause)
+{
+	return run(fo, p, m, cov, NULL, want, nwant, cause);
 }

@@ -24,4 +24,13 @@
 int gather_run(struct fanout *fo, const struct fanout_params *p, struct merge *m,
 	       struct coverage *cov, struct direct *direct, char **cause);
 
+/*
+ * The same into m's results table, where the column set named by want (nwant names, as
+ * nodes send them) wins whenever a host sends it, whatever the others' count: nodes asked
+ * again for the rows of an earlier fan-out (compat.c) must answer its columns, and a node
+ * that does not fails alone ("columns differ"). want NULL: gather_run's vote.
+ */
+int gather_run_want(struct fanout *fo, const struct fanout_params *p, struct merge *m,
+		    struct coverage *cov, const char *const *want, size_t nwant, char **cause);
+
 #endif

@@ -243,6 +243,6 @@ CREATE TABLE IF NOT EXISTS process_gpus (
 	gpu_index INTEGER NOT NULL,
 	gpu_uuid  TEXT NOT NULL,
 	source    TEXT NOT NULL,            -- nvml | local_rank | cuda_visible_devices
-	ts_ns     INTEGER NOT NULL,         -- first seen
+	ts_ns     INTEGER NOT NULL,         -- nvml: first seen; else the latest read naming it
 	PRIMARY KEY (pid, start_ns, gpu_uuid, source)
 ) WITHOUT ROWID;

@@ -31,6 +31,9 @@
  *                 with the outcomes PROTOCOL.md names (columns, protocol, agent)
  *       relayold  the same with the words older agents sent (columns differ,
  *                 protocol error, agent error)
+ *       oldcols   its first query: END sql error "no such table: gpu_busy" (an agent older
+ *                 than that table); every later one: COLUMNS (a, b), 3 rows, END (columns
+ *                 no analysis has, to win the vote of the nodes asked again)
  * One connection at a time, forever; the test kills it.
  */
 #include <arpa/inet.h>
@@ -173,6 +176,7 @@ static void put_relay(struct wire_buf *b, int old)
 
 static void serve(int fd, const char *mode)
 {
+	static int asked; /* queries answered so far (oldcols) */
 	static const char *const cols[] = { "a", "b" };
 	struct wire_hello h = { .agent_version = "fake",
 				.schema_version = 1,
@@ -292,6 +296,14 @@ static void serve(int fd, const char *mode)
 		wire_rows_add(&w, v);
 		wire_rows_finish(&w);
 		e.rows = 1;
+		wire_put_end(&b, &e);
+		write_all(fd, b.data, b.len);
+		goto drain;
+	}
+	if (!strcmp(mode, "oldcols") && !asked++) {
+		e.rows = 0;
+		e.status = WIRE_E_SQL;
+		e.message = "no such table: gpu_busy";
 		wire_put_end(&b, &e);
 		write_all(fd, b.data, b.len);
 		goto drain;

@@ -553,10 +553,15 @@ static void test_thread(const char *dir)
 	 * next one 99.9 ms after it, which waits a period) */
 	act = test_i64(db, "SELECT count(*) FROM gpu_activity WHERE gpu_index = 0");
 	CHECK(act >= (n - 1) / 2 && act <= n - 1);
+	/* (each GPU's own GPM sample is 100 ms after its last or skipped: on a loaded machine
+	 * one GPU of a sample may skip where another did not, so the GPUs' counts may differ
+	 * by one) */
+	CHECK(llabs(test_i64(db, "SELECT count(*) FROM gpu_activity WHERE gpu_index = 2") - act) <=
+	      1);
 	CHECK_EQ(test_i64(db, "SELECT count(*) FROM gpu_activity a JOIN gpu_samples s USING "
 			       "(ts_ns, gpu_index, gpu_uuid) WHERE a.sm_active_pm = 900 AND "
 			       "a.dram_bw_pm = 300 AND a.dur_ns BETWEEN 100000000 AND 1000000000"),
-		 3 * act);
+		 test_i64(db, "SELECT count(*) FROM gpu_activity"));
 	/* this process, listed by the driver on GPU 1 */
 	CHECK_EQ(test_i64(db, "SELECT gpu_index FROM process_gpus WHERE source = 'nvml' AND "
 			       "start_ns = 42"), 1);

@@ -6,8 +6,9 @@
  * the wrong field, or not bound, changes the dump of the file compared with
  * want[] below. The NULL encodings (REC_NULL, REC_NULL32, a NULL string, an
  * empty hash), strings the caller reuses once store_put returns (one too long
- * for the slot), the processes upsert, process_gpus' first-sighting rule, the
- * comm-destroy UPDATE and a ts_ns collision (nudged 1 ns) are in it too.
+ * for the slot), the processes upsert, process_gpus' rules (the driver's first
+ * sighting, the environment's latest read), the comm-destroy UPDATE and a ts_ns
+ * collision (nudged 1 ns) are in it too.
  *
  * want[] was taken from the writer before its column tables (hand-written
  * INSERTs and binding): the trace file's contents did not change with them.
@@ -168,11 +169,26 @@ static void put_all(struct store *s)
 						    .gpu_index = 1204, .gpu_uuid = S("gpu_uuid"),
 						    .source = S("source") };
 	put(s, &r);
-	/* a later sighting of the same (pid, start_ns, gpu_uuid, source): the first stays */
+	/* a later read of the same (pid, start_ns, gpu_uuid, source) from the environment: the
+	 * row stays, its ts_ns the latest read's (and an earlier one's never moves it back) */
 	r.u.process_gpu.ts_ns = 1211;
 	r.u.process_gpu.gpu_index = 1214;
 	r.u.process_gpu.gpu_uuid = S("gpu_uuid");
 	r.u.process_gpu.source = S("source");
+	put(s, &r);
+	r.u.process_gpu.ts_ns = 1205;
+	r.u.process_gpu.gpu_uuid = S("gpu_uuid");
+	r.u.process_gpu.source = S("source");
+	put(s, &r);
+	/* the driver's list: the first sighting stays */
+	r.u.process_gpu.ts_ns = 1221;
+	r.u.process_gpu.gpu_uuid = S("gpu_uuid");
+	r.u.process_gpu.source = S("nvml");
+	put(s, &r);
+	r.u.process_gpu.ts_ns = 1231;
+	r.u.process_gpu.gpu_index = 1234;
+	r.u.process_gpu.gpu_uuid = S("gpu_uuid");
+	r.u.process_gpu.source = S("nvml");
 	put(s, &r);
 }
 
@@ -241,7 +257,8 @@ static const char want[] =
 	"912 913 914 915 916\n"
 	"nccl_kernels: 921 - 923 - - '1111111122222222' - - 929 - - - - - - -\n"
 	"offcpu: 501 502 503 504 'reason'\n"
-	"process_gpus: 1202 1203 1204 'gpu_uuid' 'source' 1201\n"
+	"process_gpus: 1202 1203 1204 'gpu_uuid' 'source' 1211\n"
+	"process_gpus: 1202 1203 1214 'gpu_uuid' 'nvml' 1221\n"
 	"processes: 101 102 103 104 105 'comm' '" LONG_CMDLINE "' 'cgroup' 109 120 111 112 "
 	"'job_id'\n"
 	"processes: 131 132 - - - - - - - - - - -\n"
