@@ -213,7 +213,7 @@ char *compat_sql(const char *sql, const char *const *tables, size_t n, int *err)
 	return out;
 }
 
-/* One group: the nodes lacking the same tables, asked again within left_ms. */
+/* One group: the nodes lacking the same tables, asked again within left_ms (0: fp's). */
 static int ask_again(const struct fanout_params *fp, int64_t left_ms, const struct schema *s,
 		     uint64_t mask, const size_t *host, size_t k, struct merge *m,
 		     struct coverage *cov, char **cause)
@@ -245,7 +245,7 @@ static int ask_again(const struct fanout_params *fp, int64_t left_ms, const stru
 	p.nhosts = k;
 	p.sql = sql;
 	p.progress = 0;
-	if (left_ms < p.timeout_ms || p.timeout_ms <= 0)
+	if (left_ms > 0 && (p.timeout_ms <= 0 || left_ms < p.timeout_ms))
 		p.timeout_ms = left_ms;
 	if (p.connect_timeout_ms > p.timeout_ms)
 		p.connect_timeout_ms = p.timeout_ms;

@@ -32,7 +32,12 @@ run() {
 
 run clean-$$
 echo "clean job traced after ${SECONDS}s"
-fq -w "$HOSTS" stragglers --since 5m --job clean-$$
+# 8 ranks spinning their whole step on 2 cores, each preempted more than half the time: the
+# scheduler alone now and then keeps one rank behind for the whole 2 s job (a fresh clone's
+# `scripts/test`, this test alone: rank 0 named at 3.3 % on its waits, bar 3.0 %), a
+# straggler the default floor names (bench/shapes.sh measures that rate). The clean check asks
+# for nothing of 6 % or more, as stragglers_why's does; the slow job below costs 30 %
+fq -w "$HOSTS" stragglers --since 5m --job clean-$$ --min-effect 6
 cat "$T/out"
 expect_rc 0 "live clean job"
 grep -q "^no straggler: 8 ranks in 1 communicator" "$T/out" || fail "clean: $(cat "$T/out")"
