@@ -174,6 +174,15 @@ static void put_relay(struct wire_buf *b, int old)
 	wire_put_end(b, &e);
 }
 
+/* An answer of no rows: END with this status and message alone. */
+static void end_only(int fd, struct wire_buf *b, int status, const char *message)
+{
+	struct wire_end e = { .id = 1, .status = status, .message = message };
+
+	wire_put_end(b, &e);
+	write_all(fd, b->data, b->len);
+}
+
 static void serve(int fd, const char *mode)
 {
 	static int asked; /* queries answered so far (oldcols) */
@@ -230,11 +239,7 @@ static void serve(int fd, const char *mode)
 		goto drain;
 	}
 	if (!strcmp(mode, "busy")) {
-		e.rows = 0;
-		e.status = WIRE_E_BUSY;
-		e.message = "agent busy: 8 queries running, try again";
-		wire_put_end(&b, &e);
-		write_all(fd, b.data, b.len);
+		end_only(fd, &b, WIRE_E_BUSY, "agent busy: 8 queries running, try again");
 		goto out;
 	}
 	if (!strcmp(mode, "flood")) {
@@ -301,19 +306,11 @@ static void serve(int fd, const char *mode)
 		goto drain;
 	}
 	if (!strcmp(mode, "oldcols") && !asked++) {
-		e.rows = 0;
-		e.status = WIRE_E_SQL;
-		e.message = "no such table: gpu_busy";
-		wire_put_end(&b, &e);
-		write_all(fd, b.data, b.len);
+		end_only(fd, &b, WIRE_E_SQL, "no such table: gpu_busy");
 		goto drain;
 	}
 	if (!strcmp(mode, "escend")) {
-		e.rows = 0;
-		e.status = WIRE_E_SQL;
-		e.message = "no such table: \x1b]0;pwned\x07\x1b[2J";
-		wire_put_end(&b, &e);
-		write_all(fd, b.data, b.len);
+		end_only(fd, &b, WIRE_E_SQL, "no such table: \x1b]0;pwned\x07\x1b[2J");
 		goto drain;
 	}
 	if (!strcmp(mode, "values")) {
