@@ -8,11 +8,12 @@
 # (phase, planted rank, fleetq's exit and first named rank, signals, effect), OUT/phases.tgz
 # (every phase's report and --all TSV) and the agents' logs.
 # usage: bench/gpu/detect.sh BINDIR OUT
-#            [ddp|fsdp|pipeline|blocking|loaded|gptddp|gptfsdp|cnnddp|cnnfsdp|gptaccum|ttd|overhead]...
+#            [ddp|fsdp|pipeline|blocking|loaded|gptddp|gptfsdp|cnnddp|cnnfsdp|gptaccum|gptcompile|ttd|overhead]...
 #   gptddp, gptfsdp: the same with a transformer language model (train.py --model gpt, GPT_ARGS)
 #   cnnddp, cnnfsdp: a ResNet-style image classifier (train.py --model cnn, CNN_ARGS); under DDP
 #   its BatchNorm buffers are broadcast every step; gptaccum: the transformer under DDP accumulating gradients
-#   over ACCUM micro-batches a step (4)
+#   over ACCUM micro-batches a step (4); gptcompile: the transformer under DDP, torch.compile'd
+#   (fused Triton kernels; needs a C compiler on the machine)
 #   ttd: TTD_ARGS passes more train.py arguments (e.g. the transformer's), PHASES_TTD its phases
 #   BINDIR holds agentd, fleetq (static builds carried) and libfleetq-nccl-profiler.so, and
 #   libfleetq-cupti.so (named in CUDA_INJECTION64_PATH where it is there; FQ_CUPTI=0: not)
@@ -114,12 +115,13 @@ phases_gptfsdp=${PHASES_GPTFSDP:-hclean1=clean,hstall20=stall:20,hgpu20=gpu:20,h
 phases_cnnddp=${PHASES_CNNDDP:-qclean1=clean,qstall10=stall:10,qslow20=slow:20,qbusy10s20=busy:10/s20,qclean2=clean/s20,qgpu10=gpu:10,qclean3=clean}
 phases_cnnfsdp=${PHASES_CNNFSDP:-yclean1=clean,ystall15=stall:15,ygpu20=gpu:20,yclean2=clean,ybusy15=busy:15,yclean3=clean}
 phases_gptaccum=${PHASES_GPTACCUM:-aclean1=clean,astall10=stall:10,aslow20=slow:20,abusy10=busy:10,aclean2=clean,agpu20s20=gpu:20/s20,aclean3=clean}
+phases_gptcompile=${PHASES_GPTCOMPILE:-kclean1=clean,kstall10=stall:10,kgpu20=gpu:20,kbusy10s20=busy:10/s20,kclean2=clean,khog50=hog:50,kclean3=clean/s20}
 phases_fsdp=${PHASES_FSDP:-fclean1=clean,fstall20=stall:20,fgpu20=gpu:20,fbusy20=busy:20,fclean2=clean,fstall10=stall:10,fgpu10=gpu:10,fbusy10=busy:10,fstall20s20=stall:20/s20,fgpu20s20=gpu:20/s20,fclean3=clean}
 printf "phase\tplanted\tfleetq_rc\tnamed (effect)\tsignals\n" >"$out/summary.tsv"
 
 for w in $what; do
 	case $w in
-	ddp | fsdp | pipeline | blocking | loaded | gptddp | gptfsdp | cnnddp | cnnfsdp | gptaccum)
+	ddp | fsdp | pipeline | blocking | loaded | gptddp | gptfsdp | cnnddp | cnnfsdp | gptaccum | gptcompile)
 		shape=$w
 		eval "ph=\$phases_$w"
 		margs=
@@ -129,6 +131,10 @@ for w in $what; do
 		cnn*)
 			shape=${w#cnn}
 			margs=${CNN_ARGS:---model cnn --layers 16 --width 64 --batch 256 --img 128}
+			;;
+		gptcompile)
+			shape=ddp
+			margs="${GPT_ARGS:---model gpt --layers 12 --width 1024 --heads 16 --seq 1024 --batch 8} --compile"
 			;;
 		gptaccum)
 			shape=ddp

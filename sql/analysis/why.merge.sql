@@ -19,6 +19,10 @@
 --                  less to do, the work reached it late from its host
 --   :sm_gap        the GPU-work rule: its GPU's SMs busy (GPM) at least this many points
 --                  above its peers' median (5)
+--   :idle_gap      the compute rules: its GPU ran none of its compute kernels (fleetq's CUDA
+--                  injection library) at least this many points of the window more than its
+--                  peers' median (the host rule: its GPU waited for its host), or as many
+--                  less (the GPU-compute rule: its GPU took longer over its work) (3)
 --   :threshold     with 3 ranks or more, every rule also needs the rank to be an outlier:
 --                  robust z (0.6745 (x - median) / MAD, as the verdict's) above this (3.5);
 --                  a loaded host spreads every rank's off-CPU time, and the largest of 8
@@ -35,12 +39,15 @@
 --   (the rule that gives the likely cause: 'gpu_clock', 'gpu_work', 'preempted', 'blocked',
 --   'ib', 'tcp', 'host'; NULL: none fired),
 --   causes (every rule that fired, in that order), likely_cause (the line a person reads),
---   sm_busy_pct, peer_sm_busy_pct (its GPU's SMs busy, % of its window: GPM; NULL without).
+--   sm_busy_pct, peer_sm_busy_pct (its GPU's SMs busy, % of its window: GPM; NULL without),
+--   compute_idle_pct, peer_compute_idle_pct (its GPU ran none of its compute kernels, % of
+--   its window: fleetq's CUDA injection library; NULL without).
 WITH
 prm AS (
 	SELECT coalesce(:clock_drop, 0.10) AS clock_drop, coalesce(:offcpu_gap, 0.05) AS offcpu_gap,
 	       coalesce(:retrans_min, 10) AS retrans_min, coalesce(:ib_min, 1) AS ib_min,
 	       coalesce(:util_gap, 10) AS util_gap, coalesce(:sm_gap, 5) AS sm_gap,
+	       coalesce(:idle_gap, 3) AS idle_gap,
 	       coalesce(:threshold, 3.5) AS thr
 ),
 r AS (
@@ -50,6 +57,7 @@ r AS (
 	       100.0 * blocked_ns / nullif(t1_ns - t0_ns, 0) AS blk,
 	       tcp_retrans AS tcp, ib_errors AS ib, ib_worst, idle_pct,
 	       iif(sm_busy_pct BETWEEN 0 AND 100, sm_busy_pct, NULL) AS smb,
+	       iif(compute_idle_pct BETWEEN 0 AND 100, compute_idle_pct, NULL) AS cid,
 	       100.0 * coll_gpu_ns / nullif(t1_ns - t0_ns, 0) AS coll,
 	       CASE max(coalesce(hwslow_pct, 0), coalesce(thermal_pct, 0),
 			coalesce(power_pct, 0), coalesce(appclk_pct, 0))
@@ -70,7 +78,8 @@ c AS (
 	       count(tcp) AS n_tcp, median(tcp) AS m_tcp, sum(tcp) AS s_tcp, mad(tcp) AS d_tcp,
 	       count(ib) AS n_ib, median(ib) AS m_ib, sum(ib) AS s_ib, mad(ib) AS d_ib,
 	       count(coll) AS n_coll, median(coll) AS m_coll, sum(coll) AS s_coll,
-	       count(smb) AS n_smb, median(smb) AS m_smb, sum(smb) AS s_smb, mad(smb) AS d_smb
+	       count(smb) AS n_smb, median(smb) AS m_smb, sum(smb) AS s_smb, mad(smb) AS d_smb,
+	       count(cid) AS n_cid, median(cid) AS m_cid, sum(cid) AS s_cid, mad(cid) AS d_cid
 	FROM r GROUP BY comm_hash
 ),
 p AS (
@@ -91,6 +100,8 @@ p AS (
 		    WHEN c.n_coll > 2 THEN c.m_coll END AS p_coll,
 	       CASE WHEN r.smb IS NULL THEN NULL WHEN c.n_smb = 2 THEN c.s_smb - r.smb
 		    WHEN c.n_smb > 2 THEN c.m_smb END AS p_smb,
+	       CASE WHEN r.cid IS NULL THEN NULL WHEN c.n_cid = 2 THEN c.s_cid - r.cid
+		    WHEN c.n_cid > 2 THEN c.m_cid END AS p_cid,
 	       -- outlier among 3 or more ranks (oriented: positive = the bad side); 2: no test
 	       iif(c.n_sm > 2, -robust_z(r.sm, c.m_sm, c.d_sm), 1e9) AS z_sm,
 	       iif(c.n_ut > 2, -robust_z(r.util_pct, c.m_ut, c.d_ut), 1e9) AS z_ut,
@@ -98,7 +109,10 @@ p AS (
 	       iif(c.n_blk > 2, robust_z(r.blk, c.m_blk, c.d_blk), 1e9) AS z_blk,
 	       iif(c.n_tcp > 2, robust_z(r.tcp, c.m_tcp, c.d_tcp), 1e9) AS z_tcp,
 	       iif(c.n_ib > 2, robust_z(r.ib, c.m_ib, c.d_ib), 1e9) AS z_ib,
-	       iif(c.n_smb > 2, robust_z(r.smb, c.m_smb, c.d_smb), 1e9) AS z_smb
+	       iif(c.n_smb > 2, robust_z(r.smb, c.m_smb, c.d_smb), 1e9) AS z_smb,
+	       -- (idling more: positive; the GPU-compute rule takes its negative)
+	       iif(c.n_cid > 2, robust_z(r.cid, c.m_cid, c.d_cid), 1e9) AS z_cid,
+	       iif(c.n_cid > 2, -robust_z(r.cid, c.m_cid, c.d_cid), 1e9) AS z_cidn
 	FROM r JOIN c USING (comm_hash)
 ),
 f AS (
@@ -114,6 +128,13 @@ f AS (
 	       -- 77 % (CNN, FSDP), 83 % against 60 % (transformer, DDP); clean phases of either
 	       -- stayed within 2 points above their median
 	       coalesce(p.smb - p.p_smb >= prm.sm_gap AND p.z_smb > prm.thr, 0) AS f_work,
+	       -- its GPU ran its compute kernels more of the window than its peers' did theirs
+	       -- (fleetq's CUDA injection library; NCCL's kernels not counted, so waiting for
+	       -- a straggler is not work here): the same work took it longer, or it had more.
+	       -- On 4 H200s a GPU slowed 10-20 % (a spin after every layer) or shared with a
+	       -- neighbour idled 3-24 points less than its peers'; the ranks whose CPU held
+	       -- them back (a sleep, a busy loop, a clean phase's pacer) idled 3-8 points more
+	       coalesce(p.p_cid - p.cid >= prm.idle_gap AND p.z_cidn > prm.thr, 0) AS f_comp,
 	       coalesce(p.pre - p.p_pre >= 100 * prm.offcpu_gap AND p.z_pre > prm.thr, 0) AS f_pre,
 	       coalesce(p.blk - p.p_blk >= 100 * prm.offcpu_gap AND p.z_blk > prm.thr, 0) AS f_blk,
 	       coalesce(p.ib - p.p_ib >= prm.ib_min AND p.ib >= 2 * p.p_ib AND p.z_ib > prm.thr,
@@ -129,7 +150,10 @@ f AS (
 	       -- off the gap cleared the host on a GPU 20 % slower under FSDP on 2 H200s, and on
 	       -- all five CPU faults' ranks as well: the line below says so instead)
 	       coalesce(p.gpu_samples >= 2 AND p.p_ut - p.util_pct >= prm.util_gap
-			AND p.z_ut > prm.thr, 0) AS f_host
+			AND p.z_ut > prm.thr, 0) AS f_host,
+	       -- the same told by its compute kernels: its GPU idled more than its peers' (not
+	       -- fooled by collective kernels spinning in wait, which NVML counts as busy)
+	       coalesce(p.cid - p.p_cid >= prm.idle_gap AND p.z_cid > prm.thr, 0) AS f_chost
 	FROM p, prm
 )
 SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
@@ -139,13 +163,14 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
        round(blk, 1) AS blocked_pct, round(p_blk, 1) AS peer_blocked_pct,
        tcp AS tcp_retrans, p_tcp AS peer_tcp_retrans, ib AS ib_errors, p_ib AS peer_ib_errors,
        ib_worst, round(coll, 1) AS coll_gpu_pct, round(p_coll, 1) AS peer_coll_gpu_pct,
-       CASE WHEN f_gpu THEN 'gpu_clock' WHEN f_work THEN 'gpu_work' WHEN f_pre THEN 'preempted'
+       CASE WHEN f_gpu THEN 'gpu_clock' WHEN f_work THEN 'gpu_work'
+	    WHEN f_comp THEN 'gpu_compute' WHEN f_pre THEN 'preempted'
 	    WHEN f_blk THEN 'blocked' WHEN f_ib THEN 'ib' WHEN f_tcp THEN 'tcp'
-	    WHEN f_host THEN 'host' END AS cause,
+	    WHEN f_host OR f_chost THEN 'host' END AS cause,
        nullif(substr(iif(f_gpu, ',gpu_clock', '') || iif(f_work, ',gpu_work', '') ||
-		     iif(f_pre, ',preempted', '') ||
+		     iif(f_comp, ',gpu_compute', '') || iif(f_pre, ',preempted', '') ||
 		     iif(f_blk, ',blocked', '') || iif(f_ib, ',ib', '') || iif(f_tcp, ',tcp', '') ||
-		     iif(f_host, ',host', ''), 2), '') AS causes,
+		     iif(f_host OR f_chost, ',host', ''), 2), '') AS causes,
        CASE WHEN f_gpu THEN printf('GPU %d at %,d MHz vs %,d median (%s)', gpu_index,
 				   CAST(round(sm) AS INTEGER), CAST(round(p_sm) AS INTEGER),
 				   coalesce(reason, 'no clock-event reason reported'))
@@ -153,6 +178,12 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
 				    || 'more GPU work than its peers, or the same work slower (a '
 				    || 'process sharing the GPU, uneven work, a slower GPU)',
 				    gpu_index, smb, p_smb)
+	    WHEN f_comp THEN printf('%s ran no compute kernel %.0f%% of the window vs %.0f%% '
+				    || 'median: it took longer over its work than its peers'' '
+				    || 'GPUs, or had more of it (a slower or shared GPU, uneven '
+				    || 'work), not its host',
+				    iif(gpu_index IS NULL, 'its GPU', 'GPU ' || gpu_index), cid,
+				    p_cid)
 	    WHEN f_pre THEN printf('preempted %.0f%% of the window vs %.0f%% median '
 				   || '(CPU contention)', pre, p_pre)
 	    WHEN f_blk THEN printf('blocked %.0f%% of the window outside GPU waits '
@@ -162,6 +193,12 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
 				  CAST(round(p_ib) AS INTEGER))
 	    WHEN f_tcp THEN printf('%,d TCP retransmits on its node vs %,d median (network)',
 				   CAST(tcp AS INTEGER), CAST(round(p_tcp) AS INTEGER))
+	    WHEN f_chost THEN printf('%s ran no compute kernel %.0f%% of the window vs %.0f%% '
+				     || 'median: its work reached the GPU late from its host (CPU '
+				     || 'work, launches, data, or a process slower on its cores: '
+				     || 'check where it runs), not a slower GPU',
+				     iif(gpu_index IS NULL, 'its GPU', 'GPU ' || gpu_index), cid,
+				     p_cid)
 	    -- the gap within what its peers' collective kernels spun beyond its own: either
 	    WHEN f_host AND p_coll - coll >= p_ut - util_pct
 		THEN printf('GPU %d busy %.0f%% of the time vs %.0f%% median, but its peers'' '
@@ -176,5 +213,6 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
 		THEN 'none measured (no peer to compare with)'
 	    WHEN p_sm IS NULL THEN 'none measured (off-CPU, network equal to peers; no GPU samples)'
 	    ELSE 'none measured (GPU clocks, off-CPU, network equal to peers)' END AS likely_cause,
-       round(smb, 1) AS sm_busy_pct, round(p_smb, 1) AS peer_sm_busy_pct
+       round(smb, 1) AS sm_busy_pct, round(p_smb, 1) AS peer_sm_busy_pct,
+       round(cid, 1) AS compute_idle_pct, round(p_cid, 1) AS peer_compute_idle_pct
 FROM f

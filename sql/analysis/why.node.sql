@@ -40,6 +40,13 @@
 --                          (fleetq's NCCL profiler plugin: nccl_kernels.gpu_dur_ns); NULL
 --                          without the plugin's rows. NVML counts a kernel that spins
 --                          waiting for its peers as busy, so a straggler's peers look busy
+--                          (their collective kernels run longer)
+--   compute_idle_pct       share of the window (%) its GPU ran none of its compute kernels
+--                          (gpu_busy: fleetq's CUDA injection library, every stream but
+--                          NCCL's, late records included) over the slices inside the
+--                          window; NULL without them or where they cover under half of it.
+--                          A GPU that waits for its host idles more than its peers'; one
+--                          slower at the same work (or with more of it) idles less
 WITH
 prm AS (
 	SELECT coalesce(:since_ns, 0) AS since_ns, :job AS job, :comm AS comm,
@@ -182,7 +189,14 @@ SELECT r.comm_hash, r.rank, r.pid, r.t0 AS t0_ns, r.t1 AS t1_ns,
 	ORDER BY n DESC LIMIT 1) AS ib_worst,
        -- (a range of the table's key, as the off-CPU rows are read)
        (SELECT sum(k.gpu_dur_ns) FROM nccl_kernels k
-	WHERE k.ts_ns BETWEEN r.t0 AND r.t1 AND +k.pid = r.pid) AS coll_gpu_ns
+	WHERE k.ts_ns BETWEEN r.t0 AND r.t1 AND +k.pid = r.pid) AS coll_gpu_ns,
+       (SELECT max(0.0, min(100.0, 100.0 - 100.0 * sum(b.busy_ns + coalesce(b.late_ns, 0))
+			/ sum(b.dur_ns)))
+	FROM gpu_busy b
+	WHERE b.ts_ns >= r.t0 AND b.ts_ns + b.dur_ns <= r.t1 AND +b.pid = r.pid
+	  AND b.dur_ns BETWEEN 1 AND 3600000000000 AND b.busy_ns BETWEEN 0 AND b.dur_ns
+	  AND coalesce(b.late_ns, 0) BETWEEN 0 AND b.dur_ns
+	HAVING sum(b.dur_ns) >= (r.t1 - r.t0) / 2) AS compute_idle_pct
 FROM rw r
 LEFT JOIN gb g ON g.comm_hash = r.comm_hash AND g.rank IS r.rank AND g.pid = r.pid
 LEFT JOIN off o ON o.comm_hash = r.comm_hash AND o.rank IS r.rank AND o.pid = r.pid

@@ -8,7 +8,10 @@
 # spread as widely (a loaded host) is no outlier; a GPU less busy than its peers' by the margin
 # points at its host; a GPU whose SMs (GPM) were busier than its peers' by the margin did more
 # GPU work than they did; one as much less busy is not a GPU cause; a process mapped to
-# GPUs on its launcher's environment (before its exec), then on its own, uses the latter.
+# GPUs on its launcher's environment (before its exec), then on its own, uses the latter; a
+# GPU that ran its compute kernels less of the window than its peers' (fleetq's CUDA
+# injection library) points at its host, more of it at the GPU, each only past the margin,
+# and settles the NVML case that is ambiguous otherwise.
 # usage: why_rules.py AN_RUN SQL_DIR SCHEMA_SQL WORKDIR
 import csv
 import os
@@ -41,6 +44,16 @@ NODES = {
     "work": {"sm_busy": 910},
     "starved": {"sm_busy": 640},
     "near": {"sm_busy": 810},
+    # its compute kernels (gpu_busy): its GPU idle 30 % of the window against about 20 %
+    # (waiting for its host), or 14 % (slower at its work); 22.5 % is an outlier (z ~5) but
+    # under the 3-point gap; no slices at all (no injection library): nothing to compare
+    "cpuwait": {"cidle": 30},
+    "slowgpu": {"cidle": 14},
+    "cnear": {"cidle": 22.5},
+    "nolib": {"cidle": None},
+    # the NVML case "spun", which NVML alone cannot settle, told by the compute kernels
+    "spunhost": {"util": 72, "coll_ms": 2, "cidle": 30},
+    "spungpu": {"util": 72, "coll_ms": 2, "cidle": 14},
 }
 
 
@@ -91,6 +104,13 @@ def trace(k, name, o, n=len(NODES)):
                    "op, seq, gpu_start_ns, gpu_dur_ns) VALUES (?,?,?,?,?,?,?,?,?,?)",
                    (T0 + i * 100 * MS + 1000, pid, k, n, "0123456789abcdef", COMM,
                     "AllReduce", i, i * 100 * MS, o.get("coll_ms", 25) * MS))
+        # its compute kernels in that 100 ms (CUDA injection library): idle about 20 %
+        cidle = o.get("cidle", 20 + 0.3 * (k % 3))
+        if cidle is not None:
+            db.execute("INSERT INTO gpu_busy (ts_ns, dur_ns, pid, device, busy_ns, nccl_ns, "
+                       "kernels, nccl_kernels, dropped, late_ns) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                       (T0 + i * 100 * MS, 100 * MS, pid, 0, int((100 - cidle) * MS),
+                        o.get("coll_ms", 25) * MS, 40, 1, 0, 0))
         # every rank: a little of both, as on any host
         db.execute("INSERT INTO offcpu VALUES (?,?,?,?,?)",
                    (T0 + i * 100 * MS + 20 * MS, 1 * MS, pid, pid, "preempted"))
@@ -150,7 +170,9 @@ for name, r in by.items():
 # (an-run prints NULL as NULL)
 want = {"clean": "NULL", "power": "gpu_clock", "tcp": "tcp", "ib": "ib", "idle": "NULL",
         "blocked": "blocked", "insync": "NULL", "preempt": "preempted", "host": "host",
-        "spun": "host", "work": "gpu_work", "starved": "NULL", "near": "NULL"}
+        "spun": "host", "work": "gpu_work", "starved": "NULL", "near": "NULL",
+        "cpuwait": "host", "slowgpu": "gpu_compute", "cnear": "NULL", "nolib": "NULL",
+        "spunhost": "host", "spungpu": "gpu_compute"}
 bad = {n: by[n]["cause"] for n in want if by[n]["cause"] != want[n]}
 assert not bad, bad
 assert by["power"]["likely_cause"] == "GPU 0 at 1,500 MHz vs 1,980 median (power cap)", by["power"]
@@ -176,7 +198,21 @@ assert by["work"]["likely_cause"] == (
 assert (float(by["work"]["sm_busy_pct"]), float(by["work"]["peer_sm_busy_pct"])) == \
     (91.0, 77.5), by["work"]
 assert float(by["starved"]["sm_busy_pct"]) == 64.0, by["starved"]
-for n in ("clean", "idle", "insync", "starved", "near"):
+assert by["cpuwait"]["likely_cause"] == (
+    "GPU 0 ran no compute kernel 30% of the window vs 20% median: its work reached the GPU "
+    "late from its host (CPU work, launches, data, or a process slower on its cores: check "
+    "where it runs), not a slower GPU"), by["cpuwait"]
+assert by["slowgpu"]["likely_cause"] == (
+    "GPU 0 ran no compute kernel 14% of the window vs 20% median: it took longer over its "
+    "work than its peers' GPUs, or had more of it (a slower or shared GPU, uneven work), not "
+    "its host"), by["slowgpu"]
+assert by["spunhost"]["likely_cause"] == by["cpuwait"]["likely_cause"], by["spunhost"]
+assert by["spungpu"]["likely_cause"] == by["slowgpu"]["likely_cause"], by["spungpu"]
+assert (float(by["cpuwait"]["compute_idle_pct"]),
+        round(float(by["cpuwait"]["peer_compute_idle_pct"]))) == (30.0, 20), by["cpuwait"]
+assert float(by["cnear"]["compute_idle_pct"]) == 22.5, by["cnear"]
+assert by["nolib"]["compute_idle_pct"] == "NULL", by["nolib"]
+for n in ("clean", "idle", "insync", "starved", "near", "cnear", "nolib"):
     assert by[n]["likely_cause"] == "none measured (GPU clocks, off-CPU, network equal to peers)", \
         by[n]
 # the helper thread's 95 ms of every 100 are not the rank's
