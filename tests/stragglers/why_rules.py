@@ -4,7 +4,8 @@
 # behind agentd's read-only guard, as fleetq runs the pair): the rule fires on the node that
 # differs past its threshold, and on no other; a GPU idle in most samples (clocked down for
 # want of work) and a blocked interval inside a synchronize call are the rank's effect, not a
-# cause; a rank like its peers gets "none measured"; a rank past the margin among ranks that
+# cause, as is one in which another of its threads entered a collective (waiting for
+# backward()); a rank like its peers gets "none measured"; a rank past the margin among ranks that
 # spread as widely (a loaded host) is no outlier; a GPU less busy than its peers' by the margin
 # points at its host; a GPU whose SMs (GPM) were busier than its peers' by the margin did more
 # GPU work than they did; one as much less busy is not a GPU cause; a process mapped to
@@ -33,6 +34,9 @@ NODES = {
     "ib": {"ib": 7},
     "idle": {"sm": 1000, "reasons": 0x1},
     "blocked": {"blocked_ms": 300},
+    # as long, but another thread of its process enters a collective in each interval: the
+    # main thread waits for backward(), whose autograd thread issues DDP's collectives
+    "backward": {"blocked_ms": 300, "helper": True},
     "insync": {"insync_ms": 300},
     "preempt": {"preempted_ms": 200},
     "host": {"util": 72},
@@ -124,6 +128,12 @@ def trace(k, name, o, n=len(NODES)):
             db.execute("INSERT INTO offcpu VALUES (?,?,?,?,?)",
                        (T0 + i * 100 * MS + 50 * MS, o["blocked_ms"] // 3 * MS, pid, pid,
                         "blocked"))
+    if o.get("helper"):
+        for i in range(3):
+            db.execute("INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_hash, rank, "
+                       "nranks, seq, op, count) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                       (T0 + i * 100 * MS + 60 * MS, 1 * MS, pid, pid + 2, COMM, k, n, 100 + i,
+                        "AllReduce", 1024))
     if "insync_ms" in o:  # the same, inside synchronize calls: waiting on the GPU
         for i in range(3):
             t = T0 + i * 100 * MS + 50 * MS
@@ -169,7 +179,7 @@ for name, r in by.items():
     print(name, r["cause"], "|", r["likely_cause"])
 # (an-run prints NULL as NULL)
 want = {"clean": "NULL", "power": "gpu_clock", "tcp": "tcp", "ib": "ib", "idle": "NULL",
-        "blocked": "blocked", "insync": "NULL", "preempt": "preempted", "host": "host",
+        "blocked": "blocked", "backward": "NULL", "insync": "NULL", "preempt": "preempted", "host": "host",
         "spun": "host", "work": "gpu_work", "starved": "NULL", "near": "NULL",
         "cpuwait": "host", "slowgpu": "gpu_compute", "cnear": "NULL", "nolib": "NULL",
         "spunhost": "host", "spungpu": "gpu_compute"}
@@ -215,6 +225,7 @@ assert by["nolib"]["compute_idle_pct"] == "NULL", by["nolib"]
 for n in ("clean", "idle", "insync", "starved", "near", "cnear", "nolib"):
     assert by[n]["likely_cause"] == "none measured (GPU clocks, off-CPU, network equal to peers)", \
         by[n]
+assert float(by["backward"]["blocked_pct"]) < 3, by["backward"]
 # the helper thread's 95 ms of every 100 are not the rank's
 assert float(by["clean"]["blocked_pct"]) < 3, by["clean"]
 # idle is no clock-event reason of the rule's
