@@ -36,8 +36,8 @@
 --   main thread, % of its window), tcp_retrans,
 --   peer_tcp_retrans, ib_errors, peer_ib_errors, ib_worst, coll_gpu_pct, peer_coll_gpu_pct
 --   (its collective kernels' GPU time, % of its window; NULL without the plugin), cause
---   (the rule that gives the likely cause: 'gpu_clock', 'gpu_work', 'preempted', 'blocked',
---   'ib', 'tcp', 'host'; NULL: none fired),
+--   (the rule that gives the likely cause: 'gpu_clock', 'gpu_work', 'gpu_compute',
+--   'preempted', 'blocked', 'ib', 'tcp', 'host'; NULL: none fired),
 --   causes (every rule that fired, in that order), likely_cause (the line a person reads),
 --   sm_busy_pct, peer_sm_busy_pct (its GPU's SMs busy, % of its window: GPM; NULL without),
 --   compute_idle_pct, peer_compute_idle_pct (its GPU ran none of its compute kernels, % of
@@ -47,7 +47,7 @@ prm AS (
 	SELECT coalesce(:clock_drop, 0.10) AS clock_drop, coalesce(:offcpu_gap, 0.05) AS offcpu_gap,
 	       coalesce(:retrans_min, 10) AS retrans_min, coalesce(:ib_min, 1) AS ib_min,
 	       coalesce(:util_gap, 10) AS util_gap, coalesce(:sm_gap, 5) AS sm_gap,
-	       coalesce(:idle_gap, 3) AS idle_gap,
+	       max(coalesce(:idle_gap, 3), 0.1) AS idle_gap,
 	       coalesce(:threshold, 3.5) AS thr
 ),
 r AS (

@@ -44,12 +44,15 @@
 --                          without the plugin's rows. NVML counts a kernel that spins
 --                          waiting for its peers as busy, so a straggler's peers look busy
 --                          (their collective kernels run longer)
---   compute_idle_pct       share of the window (%) its GPU ran none of its compute kernels
+--   compute_idle_pct       share (%) of the window its GPU ran none of its compute kernels
 --                          (gpu_busy: fleetq's CUDA injection library, every stream but
---                          NCCL's, late records included) over the slices inside the
---                          window; NULL without them or where they cover under half of it.
---                          A GPU that waits for its host idles more than its peers'; one
---                          slower at the same work (or with more of it) idles less
+--                          NCCL's, late records included, each slice's at most its length),
+--                          from its first slice inside the window to its last (a slice with
+--                          no kernel has no row: idle); of several devices, the busiest.
+--                          NULL without slices, where they span under half the window, or
+--                          where CUPTI dropped records in it. A GPU that waits for its host
+--                          idles more than its peers'; one slower at the same work (or with
+--                          more of it) idles less
 WITH
 prm AS (
 	SELECT coalesce(:since_ns, 0) AS since_ns, :job AS job, :comm AS comm,
@@ -130,10 +133,11 @@ gb AS (
 						       ORDER BY n > 0 DESC, sm) AS o FROM gs)
 	WHERE o = 1
 ),
--- off-CPU intervals of its main thread in the window, and that thread's calls that wait
--- (synchronize, collectives): an interval that starts inside such a call is waiting. Each
--- read as a range of the table's key (the unary + keeps SQLite from indexing the whole
--- table by pid first: a node's trace holds days of other processes)
+-- off-CPU intervals of its main thread in the window (call 0), and that thread's calls that
+-- wait (synchronize, collectives; call 1): an interval that starts inside such a call is
+-- waiting; and the collectives its other threads entered (call 2, below). Each read as a
+-- range of the table's key (the unary + keeps SQLite from indexing the whole table by pid
+-- first: a node's trace holds days of other processes)
 ev AS (
 	SELECT r.comm_hash, r.rank, r.pid, o.ts_ns, min(o.dur_ns, r.t1 - o.ts_ns) AS d,
 	       o.reason, 0 AS call
@@ -145,36 +149,35 @@ ev AS (
 	WHERE k.ts_ns BETWEEN r.t0 AND r.t1 AND +k.pid = r.pid AND +k.tid = r.pid
 	  AND +k.kind = 'sync'
 	UNION ALL
-	SELECT r.comm_hash, r.rank, r.pid, c.ts_ns, c.dur_ns, NULL, 1
+	SELECT r.comm_hash, r.rank, r.pid, c.ts_ns, c.dur_ns, NULL, iif(c.tid = r.pid, 1, 2)
 	FROM rw r CROSS JOIN collectives c
-	WHERE c.ts_ns BETWEEN r.t0 AND r.t1 AND +c.pid = r.pid AND +c.tid = r.pid
+	WHERE c.ts_ns BETWEEN r.t0 AND r.t1 AND +c.pid = r.pid
 ),
+-- (call_end: the latest end of its waiting calls so far; next_other: the next collective
+-- another of its threads entered, from this row's start on)
 evm AS (
-	SELECT ev.*, max(iif(call, ts_ns + d, NULL)) OVER (
-		PARTITION BY comm_hash, rank, pid ORDER BY ts_ns, call DESC
-		ROWS UNBOUNDED PRECEDING) AS call_end
+	SELECT ev.*, max(iif(call = 1, ts_ns + d, NULL)) OVER (
+		PARTITION BY comm_hash, rank, pid ORDER BY ts_ns, call = 1 DESC
+		ROWS UNBOUNDED PRECEDING) AS call_end,
+	       min(iif(call = 2, ts_ns, NULL)) OVER (
+		PARTITION BY comm_hash, rank, pid ORDER BY ts_ns, call = 2
+		ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_other
 	FROM ev
 ),
 -- a blocked interval in which another thread of the process entered a collective: the main
 -- thread waited for it (PyTorch's backward() blocks the main thread while the autograd
 -- thread runs the backward and DDP's or FSDP's collectives): the step's work, not I/O or a
--- sleep. On 4 H200s the main thread of every rank of a DDP transformer was blocked 53-63 %
--- of its window so; what stayed was a planted sleep's time (394 ms of a 5 % sleep's 375,
--- 719 of a 10 % one's 750) and at most 81 ms on other ranks
-evh AS (
-	SELECT evm.*,
-	       NOT call AND reason = 'blocked' AND EXISTS (
-		SELECT 1 FROM collectives c
-		WHERE c.ts_ns BETWEEN evm.ts_ns AND evm.ts_ns + evm.d AND +c.pid = evm.pid
-		  AND +c.tid != evm.pid) AS helper
-	FROM evm
-),
+-- sleep. On 4 H200s the main thread of every rank of a DDP transformer was blocked half to
+-- two thirds of its window so; what stayed was a planted sleep's time (394 ms for a 5 %
+-- sleep of about 380, 719 for a 10 % one of 763), 41-81 ms on ranks sharing their GPU with
+-- a neighbour thread, at most 1 ms on the others
 off AS (
 	SELECT comm_hash, rank, pid,
-	       coalesce(sum(d) FILTER (WHERE NOT call AND reason = 'preempted'), 0) AS preempted,
-	       coalesce(sum(d) FILTER (WHERE NOT call AND reason = 'blocked' AND NOT helper
+	       coalesce(sum(d) FILTER (WHERE call = 0 AND reason = 'preempted'), 0) AS preempted,
+	       coalesce(sum(d) FILTER (WHERE call = 0 AND reason = 'blocked'
+				       AND coalesce(next_other > ts_ns + d, 1)
 				       AND (call_end IS NULL OR ts_ns >= call_end)), 0) AS blocked
-	FROM evh GROUP BY comm_hash, rank, pid
+	FROM evm GROUP BY comm_hash, rank, pid
 ),
 ib AS (
 	SELECT r.comm_hash, r.rank, r.pid, i.device || '/' || i.port || ' ' || i.counter AS what,
@@ -207,13 +210,17 @@ SELECT r.comm_hash, r.rank, r.pid, r.t0 AS t0_ns, r.t1 AS t1_ns,
        -- (a range of the table's key, as the off-CPU rows are read)
        (SELECT sum(k.gpu_dur_ns) FROM nccl_kernels k
 	WHERE k.ts_ns BETWEEN r.t0 AND r.t1 AND +k.pid = r.pid) AS coll_gpu_ns,
-       (SELECT max(0.0, min(100.0, 100.0 - 100.0 * sum(b.busy_ns + coalesce(b.late_ns, 0))
-			/ sum(b.dur_ns)))
-	FROM gpu_busy b
-	WHERE b.ts_ns >= r.t0 AND b.ts_ns + b.dur_ns <= r.t1 AND +b.pid = r.pid
-	  AND b.dur_ns BETWEEN 1 AND 3600000000000 AND b.busy_ns BETWEEN 0 AND b.dur_ns
-	  AND coalesce(b.late_ns, 0) BETWEEN 0 AND b.dur_ns
-	HAVING sum(b.dur_ns) >= (r.t1 - r.t0) / 2) AS compute_idle_pct
+       (SELECT max(0.0, min(100.0, 100.0 - 100.0 * u.busy / u.span))
+	FROM (SELECT sum(b.busy_ns + min(max(coalesce(b.late_ns, 0), 0), b.dur_ns)) AS busy,
+		     max(b.ts_ns + b.dur_ns) - min(b.ts_ns) AS span,
+		     max(coalesce(b.dropped, 0)) - min(coalesce(b.dropped, 0)) AS lost
+	      FROM gpu_busy b
+	      WHERE b.ts_ns BETWEEN r.t0 AND r.t1 AND b.ts_ns + b.dur_ns <= r.t1
+		AND +b.pid = r.pid AND b.dur_ns BETWEEN 1 AND 3600000000000
+		AND b.busy_ns BETWEEN 0 AND b.dur_ns
+	      GROUP BY b.device) u
+	WHERE u.lost = 0 AND u.span >= (r.t1 - r.t0) / 2
+	ORDER BY u.busy DESC LIMIT 1) AS compute_idle_pct
 FROM rw r
 LEFT JOIN gb g ON g.comm_hash = r.comm_hash AND g.rank IS r.rank AND g.pid = r.pid
 LEFT JOIN off o ON o.comm_hash = r.comm_hash AND o.rank IS r.rank AND o.pid = r.pid

@@ -36,7 +36,9 @@ NODES = {
     "blocked": {"blocked_ms": 300},
     # as long, but another thread of its process enters a collective in each interval: the
     # main thread waits for backward(), whose autograd thread issues DDP's collectives
-    "backward": {"blocked_ms": 300, "helper": True},
+    "backward": {"blocked_ms": 300, "helper": [60, 160, 260]},
+    # as long, another thread's collectives outside those intervals: its sleep is its own
+    "sleepaside": {"blocked_ms": 300, "helper": [545, 645, 745]},
     "insync": {"insync_ms": 300},
     "preempt": {"preempted_ms": 200},
     "host": {"util": 72},
@@ -55,6 +57,11 @@ NODES = {
     "slowgpu": {"cidle": 14},
     "cnear": {"cidle": 22.5},
     "nolib": {"cidle": None},
+    # idle as its peers in its slices, but none in 300 ms of its window (a slice with no
+    # kernel has no row): its GPU idle 47 % of it; and one whose CUPTI dropped records in
+    # the window, idle 30 % by what came: not measured
+    "gapidle": {"gap": (3, 4, 5)},
+    "drops": {"cidle": 30, "dropped_from": 5},
     # the NVML case "spun", which NVML alone cannot settle, told by the compute kernels
     "spunhost": {"util": 72, "coll_ms": 2, "cidle": 30},
     "spungpu": {"util": 72, "coll_ms": 2, "cidle": 14},
@@ -110,11 +117,12 @@ def trace(k, name, o, n=len(NODES)):
                     "AllReduce", i, i * 100 * MS, o.get("coll_ms", 25) * MS))
         # its compute kernels in that 100 ms (CUDA injection library): idle about 20 %
         cidle = o.get("cidle", 20 + 0.3 * (k % 3))
-        if cidle is not None:
+        if cidle is not None and i not in o.get("gap", ()):
             db.execute("INSERT INTO gpu_busy (ts_ns, dur_ns, pid, device, busy_ns, nccl_ns, "
                        "kernels, nccl_kernels, dropped, late_ns) VALUES (?,?,?,?,?,?,?,?,?,?)",
                        (T0 + i * 100 * MS, 100 * MS, pid, 0, int((100 - cidle) * MS),
-                        o.get("coll_ms", 25) * MS, 40, 1, 0, 0))
+                        o.get("coll_ms", 25) * MS, 40, 1,
+                        10 if i >= o.get("dropped_from", 99) else 0, 0))
         # every rank: a little of both, as on any host
         db.execute("INSERT INTO offcpu VALUES (?,?,?,?,?)",
                    (T0 + i * 100 * MS + 20 * MS, 1 * MS, pid, pid, "preempted"))
@@ -128,12 +136,11 @@ def trace(k, name, o, n=len(NODES)):
             db.execute("INSERT INTO offcpu VALUES (?,?,?,?,?)",
                        (T0 + i * 100 * MS + 50 * MS, o["blocked_ms"] // 3 * MS, pid, pid,
                         "blocked"))
-    if o.get("helper"):
-        for i in range(3):
-            db.execute("INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_hash, rank, "
-                       "nranks, seq, op, count) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                       (T0 + i * 100 * MS + 60 * MS, 1 * MS, pid, pid + 2, COMM, k, n, 100 + i,
-                        "AllReduce", 1024))
+    for i, at in enumerate(o.get("helper", [])):
+        db.execute("INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_hash, rank, "
+                   "nranks, seq, op, count) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                   (T0 + at * MS, 1 * MS, pid, pid + 2, COMM, k, n, 100 + i, "AllReduce",
+                    1024))
     if "insync_ms" in o:  # the same, inside synchronize calls: waiting on the GPU
         for i in range(3):
             t = T0 + i * 100 * MS + 50 * MS
@@ -182,6 +189,7 @@ want = {"clean": "NULL", "power": "gpu_clock", "tcp": "tcp", "ib": "ib", "idle":
         "blocked": "blocked", "backward": "NULL", "insync": "NULL", "preempt": "preempted", "host": "host",
         "spun": "host", "work": "gpu_work", "starved": "NULL", "near": "NULL",
         "cpuwait": "host", "slowgpu": "gpu_compute", "cnear": "NULL", "nolib": "NULL",
+        "gapidle": "host", "drops": "NULL", "sleepaside": "blocked",
         "spunhost": "host", "spungpu": "gpu_compute"}
 bad = {n: by[n]["cause"] for n in want if by[n]["cause"] != want[n]}
 assert not bad, bad
@@ -222,7 +230,9 @@ assert (float(by["cpuwait"]["compute_idle_pct"]),
         round(float(by["cpuwait"]["peer_compute_idle_pct"]))) == (30.0, 20), by["cpuwait"]
 assert float(by["cnear"]["compute_idle_pct"]) == 22.5, by["cnear"]
 assert by["nolib"]["compute_idle_pct"] == "NULL", by["nolib"]
-for n in ("clean", "idle", "insync", "starved", "near", "cnear", "nolib"):
+assert by["drops"]["compute_idle_pct"] == "NULL", by["drops"]
+assert round(float(by["gapidle"]["compute_idle_pct"])) == 47, by["gapidle"]
+for n in ("clean", "idle", "insync", "starved", "near", "cnear", "nolib", "drops", "backward"):
     assert by[n]["likely_cause"] == "none measured (GPU clocks, off-CPU, network equal to peers)", \
         by[n]
 assert float(by["backward"]["blocked_pct"]) < 3, by["backward"]
