@@ -217,6 +217,7 @@ for l in open(os.path.join(out, "ttd-phases.jsonl")):
         " (%s)" % named[0][1] if named else "", len(before)))
 PY
 		stop_agents
+		keep_traces ttd
 		;;
 	overhead)
 		# alternating untraced and traced (agents + plugin) DDP runs of the same phases;
