@@ -133,11 +133,10 @@ gb AS (
 						       ORDER BY n > 0 DESC, sm) AS o FROM gs)
 	WHERE o = 1
 ),
--- off-CPU intervals of its main thread in the window (call 0), and that thread's calls that
--- wait (synchronize, collectives; call 1): an interval that starts inside such a call is
--- waiting; and the collectives its other threads entered (call 2, below). Each read as a
--- range of the table's key (the unary + keeps SQLite from indexing the whole table by pid
--- first: a node's trace holds days of other processes)
+-- off-CPU intervals of its main thread in the window, and that thread's calls that wait
+-- (synchronize, collectives): an interval that starts inside such a call is waiting. Each
+-- read as a range of the table's key (the unary + keeps SQLite from indexing the whole
+-- table by pid first: a node's trace holds days of other processes)
 ev AS (
 	SELECT r.comm_hash, r.rank, r.pid, o.ts_ns, min(o.dur_ns, r.t1 - o.ts_ns) AS d,
 	       o.reason, 0 AS call
@@ -149,20 +148,19 @@ ev AS (
 	WHERE k.ts_ns BETWEEN r.t0 AND r.t1 AND +k.pid = r.pid AND +k.tid = r.pid
 	  AND +k.kind = 'sync'
 	UNION ALL
-	SELECT r.comm_hash, r.rank, r.pid, c.ts_ns, c.dur_ns, NULL, iif(c.tid = r.pid, 1, 2)
+	SELECT r.comm_hash, r.rank, r.pid, c.ts_ns, c.dur_ns, NULL, 1
 	FROM rw r CROSS JOIN collectives c
-	WHERE c.ts_ns BETWEEN r.t0 AND r.t1 AND +c.pid = r.pid
+	WHERE c.ts_ns BETWEEN r.t0 AND r.t1 AND +c.pid = r.pid AND +c.tid = r.pid
 ),
--- (call_end: the latest end of its waiting calls so far; next_other: the next collective
--- another of its threads entered, from this row's start on)
+-- (call_end: the latest end of its waiting calls so far; off_end: of its earlier off-CPU
+-- intervals, which one thread's never overlap: an interval that starts before it is not
+-- counted, so that a file's overlapping rows cannot make the probe below cost their square)
 evm AS (
-	SELECT ev.*, max(iif(call = 1, ts_ns + d, NULL)) OVER (
-		PARTITION BY comm_hash, rank, pid ORDER BY ts_ns, call = 1 DESC
-		ROWS UNBOUNDED PRECEDING) AS call_end,
-	       min(iif(call = 2, ts_ns, NULL)) OVER (
-		PARTITION BY comm_hash, rank, pid ORDER BY ts_ns, call = 2
-		ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS next_other
+	SELECT ev.*, max(iif(call, ts_ns + d, NULL)) OVER (w ROWS UNBOUNDED PRECEDING) AS call_end,
+	       max(iif(call, NULL, ts_ns + d)) OVER (
+		w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS off_end
 	FROM ev
+	WINDOW w AS (PARTITION BY comm_hash, rank, pid ORDER BY ts_ns, call DESC)
 ),
 -- a blocked interval in which another thread of the process entered a collective: the main
 -- thread waited for it (PyTorch's backward() blocks the main thread while the autograd
@@ -171,13 +169,22 @@ evm AS (
 -- two thirds of its window so; what stayed was a planted sleep's time (394 ms for a 5 %
 -- sleep of about 380, 719 for a 10 % one of 763), 41-81 ms on ranks sharing their GPU with
 -- a neighbour thread, at most 1 ms on the others
+evh AS (
+	SELECT evm.*,
+	       NOT call AND reason = 'blocked' AND ts_ns >= coalesce(off_end, ts_ns)
+	       AND (call_end IS NULL OR ts_ns >= call_end) AS own,
+	       NOT call AND reason = 'blocked' AND ts_ns >= coalesce(off_end, ts_ns)
+	       AND (call_end IS NULL OR ts_ns >= call_end) AND EXISTS (
+		SELECT 1 FROM collectives c
+		WHERE c.ts_ns BETWEEN evm.ts_ns AND evm.ts_ns + evm.d AND +c.pid = evm.pid
+		  AND +c.tid != evm.pid) AS helper
+	FROM evm
+),
 off AS (
 	SELECT comm_hash, rank, pid,
-	       coalesce(sum(d) FILTER (WHERE call = 0 AND reason = 'preempted'), 0) AS preempted,
-	       coalesce(sum(d) FILTER (WHERE call = 0 AND reason = 'blocked'
-				       AND coalesce(next_other > ts_ns + d, 1)
-				       AND (call_end IS NULL OR ts_ns >= call_end)), 0) AS blocked
-	FROM evm GROUP BY comm_hash, rank, pid
+	       coalesce(sum(d) FILTER (WHERE NOT call AND reason = 'preempted'), 0) AS preempted,
+	       coalesce(sum(d) FILTER (WHERE own AND NOT helper), 0) AS blocked
+	FROM evh GROUP BY comm_hash, rank, pid
 ),
 ib AS (
 	SELECT r.comm_hash, r.rank, r.pid, i.device || '/' || i.port || ' ' || i.counter AS what,

@@ -39,6 +39,9 @@ NODES = {
     "backward": {"blocked_ms": 300, "helper": [60, 160, 260]},
     # as long, another thread's collectives outside those intervals: its sleep is its own
     "sleepaside": {"blocked_ms": 300, "helper": [545, 645, 745]},
+    # as "blocked", each interval written again inside itself (one thread's never overlap):
+    # the second is not counted
+    "overlap": {"blocked_ms": 300, "dup": True},
     "insync": {"insync_ms": 300},
     "preempt": {"preempted_ms": 200},
     "host": {"util": 72},
@@ -133,9 +136,10 @@ def trace(k, name, o, n=len(NODES)):
                    (T0 + i * 100 * MS + 2 * MS, 95 * MS, pid, pid + 1, "blocked"))
     if "blocked_ms" in o:  # sleeping outside any wait: 3 intervals
         for i in range(3):
-            db.execute("INSERT INTO offcpu VALUES (?,?,?,?,?)",
-                       (T0 + i * 100 * MS + 50 * MS, o["blocked_ms"] // 3 * MS, pid, pid,
-                        "blocked"))
+            for dup in range(2 if o.get("dup") else 1):
+                db.execute("INSERT INTO offcpu VALUES (?,?,?,?,?)",
+                           (T0 + i * 100 * MS + 50 * MS + dup * 1000,
+                            o["blocked_ms"] // 3 * MS - dup * 2000, pid, pid, "blocked"))
     for i, at in enumerate(o.get("helper", [])):
         db.execute("INSERT INTO collectives (ts_ns, dur_ns, pid, tid, comm_hash, rank, "
                    "nranks, seq, op, count) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -189,7 +193,7 @@ want = {"clean": "NULL", "power": "gpu_clock", "tcp": "tcp", "ib": "ib", "idle":
         "blocked": "blocked", "backward": "NULL", "insync": "NULL", "preempt": "preempted", "host": "host",
         "spun": "host", "work": "gpu_work", "starved": "NULL", "near": "NULL",
         "cpuwait": "host", "slowgpu": "gpu_compute", "cnear": "NULL", "nolib": "NULL",
-        "gapidle": "host", "drops": "NULL", "sleepaside": "blocked",
+        "gapidle": "host", "drops": "NULL", "sleepaside": "blocked", "overlap": "blocked",
         "spunhost": "host", "spungpu": "gpu_compute"}
 bad = {n: by[n]["cause"] for n in want if by[n]["cause"] != want[n]}
 assert not bad, bad
@@ -236,6 +240,7 @@ for n in ("clean", "idle", "insync", "starved", "near", "cnear", "nolib", "drops
     assert by[n]["likely_cause"] == "none measured (GPU clocks, off-CPU, network equal to peers)", \
         by[n]
 assert float(by["backward"]["blocked_pct"]) < 3, by["backward"]
+assert by["overlap"]["blocked_pct"] == by["blocked"]["blocked_pct"], by["overlap"]
 # the helper thread's 95 ms of every 100 are not the rank's
 assert float(by["clean"]["blocked_pct"]) < 3, by["clean"]
 # idle is no clock-event reason of the rule's
