@@ -9,7 +9,7 @@
 #   every rank's gpu_busy rows reach its agent, their compute time what the job asked for;
 #   clean: exit 0, each rank's compute idle share reported (idle_pct), none named on it;
 #   rank 1's GPU 30 % slower: exit 1, rank 1 named first, `compute` among its signals, its
-#     GPU the least idle.
+#     GPU the least idle, and the evidence's likely cause its GPU (gpu_compute), not its host.
 # The stand-in's device runs a rank's collectives and its compute kernels one after another
 # (a GPU runs them side by side), so its compute streams idle a fifth or more of the span
 # even clean: the checks ask with --busy-idle 60 (the default, 15, is set for GPUs; a CPU-
@@ -67,6 +67,10 @@ grep -m 1 "signals that name it:" "$T/out" | grep -q "compute" ||
 	fail "no compute signal: $(cat "$T/out")"
 grep -m 1 "^  \* compute z=" "$T/out" | grep -q "a slower GPU idles least" ||
 	fail "no compute line: $(cat "$T/out")"
+# the evidence (why.*.sql) says the same: its GPU idled less than its peers', not its host
+grep -m 1 "^  likely cause:" "$T/out" |
+	grep -Eq "^  likely cause: (its GPU|GPU [0-9]+) ran no compute kernel [0-9]+% of the window vs [0-9]+% median: it took longer over its work than its peers' GPUs, or had more of it \(a slower or shared GPU, uneven work\), not its host$" ||
+	fail "no gpu_compute cause: $(cat "$T/out")"
 fq -w "$HOSTS" stragglers --since 5m --job gpu-$$ --busy-idle 60 --all --format tsv
 awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
 	{ idle[$c["rank"]] = $c["idle_pct"] }
