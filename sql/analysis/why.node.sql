@@ -171,19 +171,17 @@ evm AS (
 -- a neighbour thread, at most 1 ms on the others
 evh AS (
 	SELECT evm.*,
-	       NOT call AND reason = 'blocked' AND ts_ns >= coalesce(off_end, ts_ns)
-	       AND (call_end IS NULL OR ts_ns >= call_end) AS own,
-	       NOT call AND reason = 'blocked' AND ts_ns >= coalesce(off_end, ts_ns)
-	       AND (call_end IS NULL OR ts_ns >= call_end) AND EXISTS (
-		SELECT 1 FROM collectives c
-		WHERE c.ts_ns BETWEEN evm.ts_ns AND evm.ts_ns + evm.d AND +c.pid = evm.pid
-		  AND +c.tid != evm.pid) AS helper
+	       iif(NOT call AND reason = 'blocked' AND ts_ns >= coalesce(off_end, ts_ns)
+		   AND (call_end IS NULL OR ts_ns >= call_end),
+		   NOT EXISTS (SELECT 1 FROM collectives c
+			       WHERE c.ts_ns BETWEEN evm.ts_ns AND evm.ts_ns + evm.d
+				 AND +c.pid = evm.pid AND +c.tid != evm.pid), 0) AS own
 	FROM evm
 ),
 off AS (
 	SELECT comm_hash, rank, pid,
 	       coalesce(sum(d) FILTER (WHERE NOT call AND reason = 'preempted'), 0) AS preempted,
-	       coalesce(sum(d) FILTER (WHERE own AND NOT helper), 0) AS blocked
+	       coalesce(sum(d) FILTER (WHERE own), 0) AS blocked
 	FROM evh GROUP BY comm_hash, rank, pid
 ),
 ib AS (
