@@ -43,6 +43,18 @@ static void put(struct store *s, struct rec *r)
 /* longer than a ring slot's string arena */
 #define LONG_CMDLINE "cmdline2 --an-argument-list-longer-than-the-slot-arena=1234567890"
 
+/* Another read of r's process GPU (r->u.process_gpu): its strings made again, as put()
+ * clobbers the scratch they came from. */
+static void put_gpu_read(struct store *s, struct rec *r, int64_t ts_ns, int64_t gpu_index,
+			 const char *source)
+{
+	r->u.process_gpu.ts_ns = ts_ns;
+	r->u.process_gpu.gpu_index = gpu_index;
+	r->u.process_gpu.gpu_uuid = S("gpu_uuid");
+	r->u.process_gpu.source = S(source);
+	put(s, r);
+}
+
 static void put_all(struct store *s)
 {
 	struct rec r;
@@ -171,25 +183,11 @@ static void put_all(struct store *s)
 	put(s, &r);
 	/* a later read of the same (pid, start_ns, gpu_uuid, source) from the environment: the
 	 * row stays, its ts_ns the latest read's (and an earlier one's never moves it back) */
-	r.u.process_gpu.ts_ns = 1211;
-	r.u.process_gpu.gpu_index = 1214;
-	r.u.process_gpu.gpu_uuid = S("gpu_uuid");
-	r.u.process_gpu.source = S("source");
-	put(s, &r);
-	r.u.process_gpu.ts_ns = 1205;
-	r.u.process_gpu.gpu_uuid = S("gpu_uuid");
-	r.u.process_gpu.source = S("source");
-	put(s, &r);
+	put_gpu_read(s, &r, 1211, 1214, "source");
+	put_gpu_read(s, &r, 1205, 1214, "source");
 	/* the driver's list: the first sighting stays */
-	r.u.process_gpu.ts_ns = 1221;
-	r.u.process_gpu.gpu_uuid = S("gpu_uuid");
-	r.u.process_gpu.source = S("nvml");
-	put(s, &r);
-	r.u.process_gpu.ts_ns = 1231;
-	r.u.process_gpu.gpu_index = 1234;
-	r.u.process_gpu.gpu_uuid = S("gpu_uuid");
-	r.u.process_gpu.source = S("nvml");
-	put(s, &r);
+	put_gpu_read(s, &r, 1221, 1214, "nvml");
+	put_gpu_read(s, &r, 1231, 1234, "nvml");
 }
 
 /* Every table but meta, rows in the order of all their columns, as text. */
