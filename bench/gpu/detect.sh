@@ -17,6 +17,8 @@
 #   ttd: TTD_ARGS passes more train.py arguments (e.g. the transformer's), PHASES_TTD its phases
 #   BINDIR holds agentd, fleetq (static builds carried) and libfleetq-nccl-profiler.so, and
 #   libfleetq-cupti.so (named in CUDA_INJECTION64_PATH where it is there; FQ_CUPTI=0: not)
+#   TRAIN_ARGS: more train.py arguments for every job (e.g. --bind numa); PLACEMENT=1: where
+#   each rank's threads ran, sampled beside fleetq (placement.py, OUT/SHAPE-placement.tsv.gz)
 set -u
 bin=$(cd "$1" && pwd) out=$2
 shift 2
@@ -154,14 +156,21 @@ for w in $what; do
 				hogs+=($!)
 			done
 		fi
+		sampler=
+		if [ "${PLACEMENT:-0}" = 1 ]; then
+			# where each rank's threads ran (bench/gpu/placement.py), beside fleetq
+			"$py" "$here/placement.py" "$cg" "$out/$w-placement.tsv.gz" &
+			sampler=$!
+		fi
 		(
 			[ $w = blocking ] && export CUDA_LAUNCH_BLOCKING=1
 			timeout "${JOB_TIMEOUT:-420}" "$py" -m torch.distributed.run --standalone --nproc_per_node="$n" \
 				"$here/train.py" --shape "$shape" $margs --cgroup-parent "$cg" --steps "$steps" \
 				${PHASE_SECONDS:+--phase-seconds "$PHASE_SECONDS"} \
-				--phases "$ph" --out "$out/$w-phases.jsonl" >"$out/$w-torch.log" 2>&1
+				${TRAIN_ARGS:-} --phases "$ph" --out "$out/$w-phases.jsonl" >"$out/$w-torch.log" 2>&1
 		)
 		echo "$w: torchrun exit $?"
+		[ -n "$sampler" ] && { kill -TERM "$sampler"; wait "$sampler"; }
 		for h in "${hogs[@]}"; do kill "$h" 2>/dev/null; done
 		grep "^fq-train" "$out/$w-torch.log" | head -n 2
 		sleep 1
@@ -260,6 +269,6 @@ PY
 done
 tar -C "$out" -czf "$out/phases.tgz" p
 rm -rf "$out/p"
-keep='^\(phases.tgz\|summary.tsv\|logs.tgz\|.*-traces.tgz\|ttd.txt\)$'
+keep='^\(phases.tgz\|summary.tsv\|logs.tgz\|.*-traces.tgz\|.*-placement.tsv.gz\|ttd.txt\)$'
 (cd "$out" && tar -czf logs.tgz $(ls | grep -v "$keep") && ls | grep -v "$keep" | xargs rm -rf)
 cat "$out/summary.tsv"

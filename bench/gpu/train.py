@@ -78,6 +78,10 @@ ap.add_argument("--target", type=int, default=-1)
 ap.add_argument("--cgroup-parent", default="",
                 help="move each rank into PARENT/nodeLOCAL_RANK (cgroup v2) before NCCL starts")
 ap.add_argument("--out", default="")
+ap.add_argument("--bind", default="",
+                help="numa: each rank on the cores of its GPU's NUMA node (local_cpulist); "
+                     "split: each rank on its own share of those cores (split:K: the shares "
+                     "rotated by K ranks)")
 ap.add_argument("--kernels-dir", default="",
                 help="profile each phase's last --kernels-steps steps (torch.profiler, CUDA "
                 "kernels) and write every kernel's start, length, stream and whether it is "
@@ -92,6 +96,41 @@ if a.cgroup_parent:
     with open(os.path.join(a.cgroup_parent, "node%s" % os.environ.get("LOCAL_RANK", "0"),
                            "cgroup.procs"), "w") as f:
         f.write(str(os.getpid()))
+
+
+
+def cpulist(text):
+    cpus = set()
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(cpus)
+
+
+if a.bind:
+    # (before NCCL and CUDA start their threads, which inherit it)
+    import glob
+    lr, nl = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    gpus = sorted(d for d in glob.glob("/sys/bus/pci/devices/*")
+                  if open(d + "/vendor").read().strip() == "0x10de"
+                  and open(d + "/class").read().startswith("0x0302"))
+    # (CUDA's default order is by PCI bus id, as sorted here)
+    local_cpus = cpulist(open(gpus[lr] + "/local_cpulist").read()) if lr < len(gpus) else []
+    local_cpus = [c for c in local_cpus if c in os.sched_getaffinity(0)] or sorted(
+        os.sched_getaffinity(0))
+    if a.bind.startswith("split"):
+        peers = [i for i in range(nl) if i < len(gpus) and open(
+            gpus[i] + "/local_cpulist").read() == open(gpus[lr] + "/local_cpulist").read()]
+        # (split:K: the shares rotated by K ranks, to tell a rank's pace from its cores')
+        rot = int(a.bind.partition(":")[2] or 0)
+        k, share = (peers.index(lr) + rot) % len(peers), len(local_cpus) // max(1, len(peers))
+        local_cpus = local_cpus[k * share:(k + 1) * share] or local_cpus
+    for t in os.listdir("/proc/self/task"):  # (threads import torch started)
+        os.sched_setaffinity(int(t), local_cpus)
+    print("fq-train: rank %d bound to cpus %s (%s)" % (lr, ",".join(map(str, local_cpus)),
+                                                      gpus[lr] if lr < len(gpus) else "?"),
+          flush=True)
 
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
