@@ -18,7 +18,8 @@
 #   BINDIR holds agentd, fleetq (static builds carried) and libfleetq-nccl-profiler.so, and
 #   libfleetq-cupti.so (named in CUDA_INJECTION64_PATH where it is there; FQ_CUPTI=0: not)
 #   TRAIN_ARGS: more train.py arguments for every job (e.g. --bind numa); PLACEMENT=1: where
-#   each rank's threads ran, sampled beside fleetq (placement.py, OUT/SHAPE-placement.tsv.gz)
+#   each rank's threads ran, sampled beside fleetq (placement.py, OUT/SHAPE-placement.tsv.gz;
+#   placement_report.py reads it with the job's phases)
 set -u
 bin=$(cd "$1" && pwd) out=$2
 shift 2
