@@ -555,7 +555,10 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
         cmd = os.environ.get("FQ_ANALYZE")
         if cmd:
             env = dict(os.environ, FQ_SINCE="%.1f" % max(1.0, time.time() - t0 - 0.5),
-                       FQ_PHASE=p["name"], FQ_TARGET=str(rec["target"]))
+                       FQ_PHASE=p["name"], FQ_TARGET=str(rec["target"]),
+                       FQ_STEPS_PER_S=str(rec["steps_per_s"]),
+                       # the job's own pacer: the rank that waited least in its synchronize
+                       FQ_PACER=str(min(range(world), key=lambda i: waits[i].item())))
             r = subprocess.run(["bash", "-c", cmd], env=env)
             rec["fleetq_rc"] = r.returncode
         print("fq-train: " + json.dumps(rec), flush=True)
