@@ -8,9 +8,12 @@
 
 #include "strbuf.h"
 
-/* A set of keyed lines, sorted by key. */
+/* A set of keyed lines, sorted by key. A finding also keeps the period it was first seen
+ * in of those it has been seen in since, and that period's time. */
 struct entry {
 	char *key, *val, *text;
+	int since;
+	char since_at[32];
 };
 struct set {
 	struct entry *e;
@@ -21,6 +24,7 @@ struct watch {
 	FILE *out;
 	char *period;
 	int periods; /* seen so far */
+	char at[32]; /* the time of this period's lines, while one is printed; else "" */
 	struct set findings, ranks, nodes;
 	/* ranks_moved(): how many, the first, and the word for them */
 	size_t n_moved;
@@ -53,6 +57,8 @@ static int set_add(struct set *s, const char *key, const char *val, const char *
 	e->key = strdup(key ? key : "");
 	e->val = strdup(val ? val : "");
 	e->text = strdup(text ? text : "");
+	e->since = 0;
+	e->since_at[0] = '\0';
 	s->n++;
 	return e->key && e->val && e->text ? 0 : -ENOMEM;
 }
@@ -108,16 +114,24 @@ void watch_free(struct watch *w)
 	free(w);
 }
 
-static void stamp(struct watch *w)
+/* The time as each line starts with it: 2026-11-28T21:59:01Z. */
+static void now_text(char *buf, size_t n)
 {
 	struct timespec ts;
 	struct tm tm;
-	char buf[32];
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	fprintf(w->out, "%s ", buf);
+	strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static void stamp(struct watch *w)
+{
+	char buf[32];
+
+	if (!w->at[0])
+		now_text(buf, sizeof(buf));
+	fprintf(w->out, "%s ", w->at[0] ? w->at : buf);
 }
 
 void watch_say(struct watch *w, const char *text)
@@ -164,10 +178,36 @@ static void finding_new(struct watch *w, const struct entry *e, const struct ent
 	fprintf(w->out, "%s\n", e->text);
 }
 
+/* How long it lasted says whether it was a rank that stays slow or one of those that pace
+ * a job by turns (a launch-bound job's, which change every few seconds). */
 static void finding_gone(struct watch *w, const struct entry *e)
 {
+	int polls = w->periods - 1 - e->since;
+
 	stamp(w);
-	fprintf(w->out, "no longer %s: %s\n", e->val, e->text + strlen(e->val) + 2);
+	fprintf(w->out, "no longer %s: %s; %s for %d period%s, from %s\n", e->val,
+		e->text + strlen(e->val) + 2, strcmp(e->val, "hung") ? "named" : "hung", polls,
+		polls == 1 ? "" : "s", e->since_at);
+}
+
+/* Each finding of now that was one before keeps when it began; the others begin now. */
+static void findings_since(const struct set *old, struct set *now, int period, const char *at)
+{
+	size_t i = 0;
+
+	for (size_t j = 0; j < now->n; j++) {
+		struct entry *e = &now->e[j];
+
+		while (i < old->n && strcmp(old->e[i].key, e->key) < 0)
+			i++;
+		if (i < old->n && !strcmp(old->e[i].key, e->key)) {
+			e->since = old->e[i].since;
+			memcpy(e->since_at, old->e[i].since_at, sizeof(e->since_at));
+		} else {
+			e->since = period;
+			snprintf(e->since_at, sizeof(e->since_at), "%s", at);
+		}
+	}
 }
 
 /* A node new to the list (the hosts file changed) is news only when it fails. */
@@ -256,6 +296,8 @@ int watch_step(struct watch *w, sqlite3 *db, const struct coverage *cov,
 		return err;
 	}
 	qsort(n.e, n.n, sizeof(*n.e), by_key);
+	now_text(w->at, sizeof(w->at));
+	findings_since(&w->findings, &f, w->periods, w->at);
 	if (!w->periods++) {
 		size_t comms = 0;
 
@@ -286,6 +328,7 @@ int watch_step(struct watch *w, sqlite3 *db, const struct coverage *cov,
 	w->findings = f;
 	w->ranks = r;
 	w->nodes = n;
+	w->at[0] = '\0';
 	fflush(w->out);
 	return 0;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fleetq stragglers --watch: the analysis again every period, and only what changed
- * printed, each line stamped with the time: a verdict that appears, one that goes, ranks
+ * printed, each line stamped with the time: a verdict that appears, one that goes (with
+ * how many periods it held, and since when), ranks
  * that join or leave the window, nodes that stop or start answering.
  */
 #ifndef FLEETQ_WATCH_H

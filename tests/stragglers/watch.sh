@@ -3,7 +3,8 @@
 # fleetq stragglers --watch over real agents serving fq-tracegen jobs: a clean job prints one
 # line and then nothing; when the hosts file (read again every period) turns to agents whose
 # job has a slow rank, --exit-on-straggler exits 1 naming it within a few periods; an agent
-# that stops is one stamped line per change; Ctrl-C exits 130.
+# that stops is one stamped line per change, the verdict that goes with it saying for how
+# many periods it held and since when; Ctrl-C exits 130.
 . "$(dirname "$0")/../e2e/lib.sh"
 
 certs ca 127.0.0.1
@@ -91,6 +92,13 @@ sleep 1.5
 # verdict that went with them
 kill "$(cat "$T/slow1.pid")"
 until_line "^$STAMP no longer straggler: rank 6 on $SLOW1, communicator" 10
+# named at one period and the three or more of the 1.5 s after it, from when it was first
+GONE=$(grep -E "^$STAMP no longer straggler: rank 6" "$T/wout")
+FIRST=$(grep -E "^$STAMP straggler: rank 6" "$T/wout" | cut -d' ' -f1)
+echo "$GONE" | grep -Eq "\(signals [a-z,]*\); named for [0-9]+ periods, from $FIRST\$" ||
+	fail "no periods and start (first said at $FIRST): $GONE"
+HELD=$(echo "$GONE" | sed -E 's/.*; named for ([0-9]+) periods.*/\1/')
+[ "$HELD" -ge 3 ] || fail "named for $HELD periods, want 3 or more: $GONE"
 grep -Eq "^$STAMP node $SLOW1: unreachable" "$T/wout" || fail "no node line: $(cat "$T/wout")"
 [ "$(grep -Ec "^$STAMP left: rank (4|5|6|7) on $SLOW1, communicator" "$T/wout")" = 4 ] ||
 	fail "ranks 4-7 did not leave: $(cat "$T/wout")"
