@@ -2,8 +2,8 @@
 /*
  * fleetq stragglers --watch: the analysis again every period, and only what changed
  * printed, each line stamped with the time: a verdict that appears, one that goes (with
- * how many periods it held, and since when), ranks
- * that join or leave the window, nodes that stop or start answering.
+ * how many periods it held, and since when), ranks that join or leave the window, nodes
+ * that stop or start answering.
  */
 #ifndef FLEETQ_WATCH_H
 #define FLEETQ_WATCH_H
