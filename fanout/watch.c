@@ -179,7 +179,7 @@ static void finding_new(struct watch *w, const struct entry *e, const struct ent
 }
 
 /* How long it lasted says whether it was a rank that stays slow or one of those that pace
- * a job by turns (a launch-bound job's, which change every few seconds). */
+ * a job by turns (a launch-bound job's, which change within tens of seconds). */
 static void finding_gone(struct watch *w, const struct entry *e)
 {
 	int polls = w->periods - 1 - e->since;
