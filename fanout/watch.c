@@ -8,8 +8,8 @@
 
 #include "strbuf.h"
 
-/* A set of keyed lines, sorted by key. A finding also keeps the period it was first seen
- * in of those it has been seen in since, and that period's time. */
+/* A set of keyed lines, sorted by key. A finding also keeps the first period of the run of
+ * periods it has been found in, and that period's time. */
 struct entry {
 	char *key, *val, *text;
 	int since;
