@@ -52,6 +52,7 @@ prm AS (
 ),
 r AS (
 	SELECT node, comm_hash, rank, pid, gpu_index, gpu_samples, util_pct, temp_c, sm_max_mhz,
+	       iif(gpu_index IS NULL, 'its GPU', 'GPU ' || gpu_index) AS gpu_name,
 	       iif(gpu_samples > 0, sm_mhz, NULL) AS sm,
 	       100.0 * preempted_ns / nullif(t1_ns - t0_ns, 0) AS pre,
 	       100.0 * blocked_ns / nullif(t1_ns - t0_ns, 0) AS blk,
@@ -181,9 +182,7 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
 	    WHEN f_comp THEN printf('%s ran no compute kernel %.0f%% of the window vs %.0f%% '
 				    || 'median: it took longer over its work than its peers'' '
 				    || 'GPUs, or had more of it (a slower or shared GPU, uneven '
-				    || 'work), not its host',
-				    iif(gpu_index IS NULL, 'its GPU', 'GPU ' || gpu_index), cid,
-				    p_cid)
+				    || 'work), not its host', gpu_name, cid, p_cid)
 	    WHEN f_pre THEN printf('preempted %.0f%% of the window vs %.0f%% median '
 				   || '(CPU contention)', pre, p_pre)
 	    WHEN f_blk THEN printf('blocked %.0f%% of the window outside GPU waits '
@@ -196,8 +195,7 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
 	    WHEN f_chost THEN printf('%s ran no compute kernel %.0f%% of the window vs %.0f%% '
 				     || 'median: its work reached the GPU late from its host (CPU '
 				     || 'work, launches, data, or a process slower on its cores: '
-				     || 'check where it runs), not a slower GPU',
-				     iif(gpu_index IS NULL, 'its GPU', 'GPU ' || gpu_index), cid,
+				     || 'check where it runs), not a slower GPU', gpu_name, cid,
 				     p_cid)
 	    -- the gap within what its peers' collective kernels spun beyond its own: either
 	    WHEN f_host AND p_coll - coll >= p_ut - util_pct
