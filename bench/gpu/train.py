@@ -98,7 +98,6 @@ if a.cgroup_parent:
         f.write(str(os.getpid()))
 
 
-
 def cpulist(text):
     cpus = set()
     for part in text.strip().split(","):
@@ -111,20 +110,24 @@ def cpulist(text):
 if a.bind:
     # (before NCCL and CUDA start their threads, which inherit it)
     import glob
+
+    def sysfs(path):
+        with open(path) as f:
+            return f.read().strip()
+
     lr, nl = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    # NVIDIA's 3D controllers, in CUDA's default order (by PCI bus id)
     gpus = sorted(d for d in glob.glob("/sys/bus/pci/devices/*")
-                  if open(d + "/vendor").read().strip() == "0x10de"
-                  and open(d + "/class").read().startswith("0x0302"))
-    # (CUDA's default order is by PCI bus id, as sorted here)
-    local_cpus = cpulist(open(gpus[lr] + "/local_cpulist").read()) if lr < len(gpus) else []
-    local_cpus = [c for c in local_cpus if c in os.sched_getaffinity(0)] or sorted(
-        os.sched_getaffinity(0))
-    if a.bind.startswith("split"):
-        peers = [i for i in range(nl) if i < len(gpus) and open(
-            gpus[i] + "/local_cpulist").read() == open(gpus[lr] + "/local_cpulist").read()]
+                  if sysfs(d + "/vendor") == "0x10de" and sysfs(d + "/class").startswith("0x0302"))
+    near = [sysfs(g + "/local_cpulist") for g in gpus[:nl]]
+    allowed = os.sched_getaffinity(0)
+    local_cpus = [c for c in cpulist(near[lr]) if c in allowed] if lr < len(near) else []
+    local_cpus = local_cpus or sorted(allowed)
+    if a.bind.startswith("split") and lr < len(near):
+        peers = [i for i, n in enumerate(near) if n == near[lr]]
         # (split:K: the shares rotated by K ranks, to tell a rank's pace from its cores')
         rot = int(a.bind.partition(":")[2] or 0)
-        k, share = (peers.index(lr) + rot) % len(peers), len(local_cpus) // max(1, len(peers))
+        k, share = (peers.index(lr) + rot) % len(peers), len(local_cpus) // len(peers)
         local_cpus = local_cpus[k * share:(k + 1) * share] or local_cpus
     for t in os.listdir("/proc/self/task"):  # (threads import torch started)
         os.sched_setaffinity(int(t), local_cpus)
@@ -558,7 +561,7 @@ for idx, spec in enumerate(s for s in a.phases.split(",") if s):
                        FQ_PHASE=p["name"], FQ_TARGET=str(rec["target"]),
                        FQ_STEPS_PER_S=str(rec["steps_per_s"]),
                        # the job's own pacer: the rank that waited least in its synchronize
-                       FQ_PACER=str(min(range(world), key=lambda i: waits[i].item())))
+                       FQ_PACER=str(rec["sync_ms_per_step"].index(min(rec["sync_ms_per_step"]))))
             r = subprocess.run(["bash", "-c", cmd], env=env)
             rec["fleetq_rc"] = r.returncode
         print("fq-train: " + json.dumps(rec), flush=True)
