@@ -20,7 +20,8 @@
 #   libfleetq-cupti.so (named in CUDA_INJECTION64_PATH where it is there; FQ_CUPTI=0: not)
 #   TRAIN_ARGS: more train.py arguments for every job (e.g. --bind numa); PLACEMENT=1: where
 #   each rank's threads ran, sampled beside fleetq (placement.py, OUT/SHAPE-placement.tsv.gz;
-#   placement_report.py reads it with the job's phases)
+#   placement_report.py reads it with the job's phases); with the launch probe in AGENTD_ARGS,
+#   launch_report.py reads each rank's launches from the traces (OUT/SHAPE-traces.tgz)
 set -u
 bin=$(cd "$1" && pwd) out=$2
 shift 2
