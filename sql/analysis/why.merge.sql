@@ -195,8 +195,8 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
 	    WHEN f_chost THEN printf('%s ran no compute kernel %.0f%% of the window vs %.0f%% '
 				     || 'median: its work reached the GPU late from its host (CPU '
 				     || 'work, launches, data, or a process slower on its cores: '
-				     || 'check where it runs), not a slower GPU', gpu_name, cid,
-				     p_cid)
+				     || 'check where it runs; a virtual machine''s vCPU can run slower '
+				     || 'unseen), not a slower GPU', gpu_name, cid, p_cid)
 	    -- the gap within what its peers' collective kernels spun beyond its own: either
 	    WHEN f_host AND p_coll - coll >= p_ut - util_pct
 		THEN printf('GPU %d busy %.0f%% of the time vs %.0f%% median, but its peers'' '
@@ -205,8 +205,9 @@ SELECT comm_hash, node, rank, pid, gpu_index, gpu_samples, round(sm) AS sm_mhz,
 			    || '(the two look alike here)', gpu_index, util_pct, p_ut, p_coll - coll)
 	    WHEN f_host THEN printf('GPU %d busy %.0f%% of the time vs %.0f%% median: its work '
 				    || 'reached the GPU late from its host (CPU work, data, or a '
-				    || 'process slower on its cores: check where it runs)',
-				    gpu_index, util_pct, p_ut)
+				    || 'process slower on its cores: check where it runs; a virtual '
+				    || 'machine''s vCPU can run slower unseen)', gpu_index, util_pct,
+				    p_ut)
 	    WHEN p_sm IS NULL AND p_pre IS NULL AND p_tcp IS NULL
 		THEN 'none measured (no peer to compare with)'
 	    WHEN p_sm IS NULL THEN 'none measured (off-CPU, network equal to peers; no GPU samples)'

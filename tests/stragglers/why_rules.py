@@ -207,7 +207,8 @@ assert by["blocked"]["likely_cause"].startswith("blocked 3") and \
 assert by["preempt"]["likely_cause"].startswith("preempted 2"), by["preempt"]
 assert by["host"]["likely_cause"] == (
     "GPU 0 busy 72% of the time vs 90% median: its work reached the GPU late from its host "
-    "(CPU work, data, or a process slower on its cores: check where it runs)"), by["host"]
+    "(CPU work, data, or a process slower on its cores: check where it runs; a virtual "
+    "machine's vCPU can run slower unseen)"), by["host"]
 assert by["spun"]["likely_cause"] == (
     "GPU 0 busy 72% of the time vs 90% median, but its peers' collective kernels ran 26 "
     "points more (waiting on it is busy to NVML): its host held its work back, or its GPU "
@@ -223,7 +224,8 @@ assert float(by["starved"]["sm_busy_pct"]) == 64.0, by["starved"]
 assert by["cpuwait"]["likely_cause"] == (
     "GPU 0 ran no compute kernel 30% of the window vs 20% median: its work reached the GPU "
     "late from its host (CPU work, launches, data, or a process slower on its cores: check "
-    "where it runs), not a slower GPU"), by["cpuwait"]
+    "where it runs; a virtual machine's vCPU can run slower unseen), not a slower GPU"), \
+    by["cpuwait"]
 assert by["slowgpu"]["likely_cause"] == (
     "GPU 0 ran no compute kernel 14% of the window vs 20% median: it took longer over its "
     "work than its peers' GPUs, or had more of it (a slower or shared GPU, uneven work), not "
