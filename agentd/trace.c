@@ -102,6 +102,7 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	struct tracer *t = calloc(1, sizeof(*t));
 	char clock_src[160], *scope_dir = NULL;
 	int64_t cost_push = -1, cost_endbr = -1;
+	const char *cpu_work = "not measured (no sched probe)";
 	int err;
 
 	*cause = NULL;
@@ -167,6 +168,7 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	t->skel->rodata->wakeup_bytes = t->wakeup_bytes;
 	bpf_map__set_max_entries(t->skel->maps.events, t->ring_bytes);
 	bpf_program__set_autoload(t->skel->progs.sched_switch, !!(t->sets & PROBE_SCHED));
+	bpf_program__set_autoload(t->skel->progs.proc_fork, !!(t->sets & PROBE_SCHED));
 	bpf_program__set_autoload(t->skel->progs.tcp_retransmit, !!(t->sets & PROBE_TCP));
 	/* a missing tracepoint must not cost the agent its other probes */
 	bpf_program__set_autoload(t->skel->progs.tcp_send, (t->sets & PROBE_TCP) &&
@@ -238,6 +240,13 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 				*cause = NULL;
 			goto fail;
 		}
+		/* without it, NCCL's threads count as the job's CPU work (collectives.cpu_ns) */
+		cpu_work = "every thread, outside probed waits";
+		l = bpf_program__attach(t->skel->progs.proc_fork);
+		if (!l || add_link(t, l))
+			tlog("cannot attach sched_process_fork: %s", strerror(errno));
+		else
+			cpu_work = "every thread but those NCCL started, outside probed waits";
 	}
 	if (t->sets & PROBE_TCP) {
 		struct bpf_link *l = bpf_program__attach(t->skel->progs.tcp_retransmit);
@@ -295,6 +304,8 @@ struct tracer *tracer_start(const struct trace_opts *o, char **cause)
 	store_set_meta_int(t->store, "ring_wakeup_bytes", t->wakeup_bytes);
 	store_set_meta_int(t->store, "min_offcpu_ns", (int64_t)t->min_offcpu_ns);
 	store_set_meta_text(t->store, "trace_scope", scope_dir ? scope_dir : "host");
+	/* what collectives.cpu_ns counts: agents before this key counted NCCL's threads too */
+	store_set_meta_text(t->store, "cpu_work", cpu_work);
 	store_set_meta_text(t->store, "seq_semantics",
 			    "per (pid, comm_ptr) from 0 at comm init; collectives and p2p counted "
 			    "separately; NULL when the init was not seen");

@@ -119,6 +119,8 @@ struct {
 struct cpu_acct {
 	uint64_t on_ts; /* switched in at, 0 while off CPU */
 	uint64_t total; /* cumulative on-CPU ns seen */
+	uint32_t lib;	/* 1: a thread NCCL started (proc_fork): not the job's CPU work */
+	uint32_t pad;
 };
 
 struct {
@@ -129,9 +131,10 @@ struct {
 } oncpu SEC(".maps");
 
 /*
- * Per traced process: on-CPU ns of its threads' finished slices (every thread), and the part
- * of it spent inside probed wait calls (synchronize, collectives), which a CUDA runtime may
- * spend spinning. Their difference is the process's CPU work (collectives.cpu_ns).
+ * Per traced process: on-CPU ns of its threads' finished slices (every thread but those NCCL
+ * started: proc_fork), and the part of it spent inside probed wait calls (synchronize,
+ * collectives), which a CUDA runtime may spend spinning. Their difference is the process's
+ * CPU work (collectives.cpu_ns).
  */
 struct proc_acct {
 	uint64_t cpu;
@@ -601,7 +604,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_s
 		ts = now_ns();
 		if (a) {
 			if (a->on_ts && ts > a->on_ts) {
-				struct proc_acct *p = proc_acct_get(ptgid);
+				struct proc_acct *p = a->lib ? NULL : proc_acct_get(ptgid);
 
 				a->total += ts - a->on_ts;
 				if (p)
@@ -662,6 +665,38 @@ static __always_inline void emit_proc(uint32_t type, uint64_t id, struct task_st
 	e->ppid = BPF_CORE_READ(task, real_parent, tgid);
 	e->exit_code = 0;
 	submit_now(e);
+}
+
+/*
+ * A thread started by a thread of a traced process while that one is inside an NCCL call
+ * (NCCL starts its proxy threads from ncclCommInitRank*, from its init job's thread, and may
+ * start more from a collective), or by a thread so marked (the proxy service thread starts the
+ * progress thread), is NCCL's own. Its CPU time is not the job's work: NCCL's progress thread
+ * spins beside the step's threads (0.5-1.0 of a CPU per rank on a 4-GPU DDP job), which
+ * collectives.cpu_ns counted as CPU work before. Its own rows (off-CPU) stay. A thread that
+ * was running before agentd traced the process is not marked, nor one whose entry the LRU
+ * map dropped (65,536 threads seen since).
+ */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(proc_fork, struct task_struct *parent, struct task_struct *child)
+{
+	uint64_t id = bpf_get_current_pid_tgid();
+	uint32_t tgid = BPF_CORE_READ(child, tgid), tid = BPF_CORE_READ(child, pid);
+	uint32_t ptid = (uint32_t)id;
+	struct thread_state *s;
+	struct cpu_acct *a, n = { .lib = 1 };
+
+	/* a thread (not a process) of a traced process, started by the current thread */
+	if (tgid != (uint32_t)(id >> 32) || tid == tgid || !bpf_map_lookup_elem(&traced, &tgid))
+		return 0;
+	a = bpf_map_lookup_elem(&oncpu, &ptid);
+	if (!(a && a->lib) && !bpf_map_lookup_elem(&inits, &id)) {
+		s = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+		if (!s || (!s->call[CALL_NCCL].ts && !s->group_end_ts))
+			return 0;
+	}
+	bpf_map_update_elem(&oncpu, &tid, &n, BPF_ANY);
+	return 0;
 }
 
 SEC("tp_btf/sched_process_exec")

@@ -534,7 +534,7 @@ static void straggler_row(FILE *out, sqlite3_stmt *st)
 		signal_line(out, st, "gpu", "gpu_ms", "peer_gpu_ms", what);
 	}
 	signal_line(out, st, "cpu", "cpu_ms", "peer_cpu_ms",
-		    "a step of CPU work (every thread, outside waits)");
+		    "a step of CPU work (its threads but NCCL's, outside waits)");
 	signal_line(out, st, "pace", "pace_ms", "peer_pace_ms",
 		    "of GPU compute before each collective that opens a step (a slower GPU's "
 		    "is longer)");

@@ -71,7 +71,7 @@ CREATE TABLE IF NOT EXISTS collectives (
 	ret       INTEGER,
 	sync_ns   INTEGER,          -- v3: process's top-level sync wait since its previous collective on this comm
 	gap_ns    INTEGER,          -- v3: ns from that collective's enqueue to this one's
-	cpu_ns    INTEGER           -- v4: process's CPU work (every thread, outside waits) since then
+	cpu_ns    INTEGER           -- v4: process's CPU work (its threads but NCCL's, outside waits) since then
 );
 CREATE INDEX IF NOT EXISTS collectives_comm_seq ON collectives (comm_hash, seq);
 -- Every (process, communicator, rank) by a few index probes instead of a scan of every

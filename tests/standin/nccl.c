@@ -69,6 +69,7 @@ static ncclResult_t init_rank(ncclComm_t *comm, int nranks, const ncclUniqueId *
 		return res;
 	}
 	prof_init(*comm);
+	proxy_start(*comm); /* from inside the call, as NCCL starts its proxy threads */
 	return res;
 }
 

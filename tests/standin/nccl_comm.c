@@ -179,6 +179,7 @@ cleanup:
 
 void comm_leave(struct ncclComm *c)
 {
+	proxy_stop(c);
 	if (atomic_fetch_add(&c->shm->left, 1) + 1 == (uint32_t)c->nranks)
 		shm_unlink(c->name);
 	/* a queued item still points at c: keep it mapped rather than fault in a later sync */

@@ -129,6 +129,7 @@ struct ncclComm {
 	void *prof_ctx;		  /* the profiler plugin's context, when its init succeeded */
 	int prof_mask;
 	struct fqsi_tcp *tcp; /* FQ_STANDIN_TRANSPORT=tcp: the ring's sockets, else NULL */
+	struct proxy *proxy;  /* FQ_STANDIN_PROXY_SPIN_PCT: NCCL's own threads, else NULL */
 };
 
 struct pending_op {
@@ -168,5 +169,7 @@ void prof_record(void *h, int state, fq_nccl_state_args_t *a);
 uint64_t plugin_hash(const struct ncclComm *c);
 void prof_init(struct ncclComm *c);
 void prof_finalize(struct ncclComm *c);
+void proxy_start(struct ncclComm *c);
+void proxy_stop(struct ncclComm *c);
 
 #endif /* FQSI_NCCL_INT_H */
