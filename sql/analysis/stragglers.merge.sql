@@ -107,9 +107,12 @@ nr AS (
 	SELECT comm_hash, count(*) AS n FROM rk GROUP BY comm_hash
 ),
 -- each node's time and host, once per node (a subquery per 'last' row would scan results
--- each time); a node that tells no host is a host of its own
+-- each time); a node that tells no host is a host of its own; which threads its cpu_ns
+-- counts: 'job' (NCCL's own left out), else 'all' (an agent that does not say, or could not
+-- tell them apart, counted every thread)
 nowr AS (
-	SELECT node, max(ts_ns) AS now_ns, coalesce(max(host), node) AS host
+	SELECT node, max(ts_ns) AS now_ns, coalesce(max(host), node) AS host,
+	       iif(max(op) LIKE 'every thread but %', 'job', 'all') AS cpu_work
 	FROM results WHERE kind = 'now' GROUP BY node
 ),
 -- the clock offset that applies to each node: nodes of one host read one clock, so they all
@@ -190,7 +193,7 @@ hfull AS (
 -- full up by (seq, comm_hash) through an automatic index)
 ra AS (
 	SELECT x.comm_hash, x.node, x.rank, x.pid, x.nranks, k.rtt_ns, k.node IS NOT NULL AS clocked,
-	       coalesce(w.host, x.node) AS host,
+	       coalesce(w.host, x.node) AS host, coalesce(w.cpu_work, 'all') AS cpu_work,
 	       (SELECT json_array(median(j.value ->> 0 - coalesce(k.offset_ns, 0) - f.t_first),
 				  sum(j.value ->> 1), sum(j.value ->> 2), count(j.value ->> 2),
 				  max(j.value ->> 0) - min(j.value ->> 0), count(*))
@@ -203,7 +206,11 @@ ra AS (
 ),
 r AS (
 	SELECT comm_hash, node, rank, pid, nranks, rtt_ns, clocked, gap, host,
-	       a ->> 0 AS late, a ->> 1 AS wait, iif(a ->> 3 > 0, a ->> 2, NULL) AS cpu,
+	       a ->> 0 AS late, a ->> 1 AS wait,
+	       -- (CPU work only where every rank's agent counts the same threads: one that
+	       -- counts NCCL's spinning progress thread too is not comparable)
+	       iif(a ->> 3 > 0 AND min(cpu_work) OVER (PARTITION BY comm_hash)
+				    = max(cpu_work) OVER (PARTITION BY comm_hash), a ->> 2, NULL) AS cpu,
 	       a ->> 4 AS span, a ->> 5 AS nfull,
 	       count(*) OVER (PARTITION BY comm_hash, host) AS on_host
 	FROM ra

@@ -50,7 +50,9 @@
 --                     where the process's slices span more than 128 (at most ~256 buckets a
 --                     process whatever --since: the row and the merge's cost stay bounded)
 --             'now':  one row, ts_ns = this node's current time, host = meta 'host_id'
---                     (the kernel's boot id: nodes with the same one share a clock)
+--                     (the kernel's boot id: nodes with the same one share a clock), op =
+--                     meta 'cpu_work' (which threads cpu_ns counts; NULL: an agent from
+--                     before the key, which counted every thread, NCCL's too)
 --   comm_hash, rank, nranks, pid, tid, seq, op, count, ts_ns (enqueue, node clock)
 --   n            'seq', 'rank' and 'kern' rows: see above
 --   by_seq       'rank' rows: JSON object, seq -> [enqueue, wait, cpu], one member per
@@ -59,9 +61,9 @@
 --                its previous collective on the communicator, cuda_calls kind = 'sync', a
 --                driver call nested in a runtime call of the same thread counted once, plus
 --                this collective call itself, dur_ns: a blocking implementation waits inside
---                it); cpu_ns, the process's CPU work (on-CPU time of every thread, outside
---                synchronize and collective calls) since its previous collective (null
---                before trace schema 4)
+--                it); cpu_ns, the process's CPU work (on-CPU time of every thread but
+--                NCCL's own, outside synchronize and collective calls; 'now' row's op says
+--                which threads) since its previous collective (null before trace schema 4)
 --   gap_list     'rank' rows: JSON array of the same collectives' gap_ns (enqueue to
 --                enqueue, clock-free), in no promised order
 --   nccl_comm    'kern' rows: NCCL's communicator hash (nccl_kernels.nccl_comm)
@@ -270,6 +272,7 @@ FROM (SELECT pid, device, min(ts_ns) AS t0, max(ts_ns + dur_ns) - min(ts_ns) AS 
       GROUP BY pid, device, k)
 GROUP BY pid, device
 UNION ALL
-SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, now_ns, NULL, NULL, NULL, NULL,
+SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL,
+       (SELECT value FROM meta WHERE key = 'cpu_work'), NULL, now_ns, NULL, NULL, NULL, NULL,
        NULL, NULL, (SELECT value FROM meta WHERE key = 'host_id'), NULL
 FROM prm
