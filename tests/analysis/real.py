@@ -300,7 +300,8 @@ MERGE_PARAMS = {"cnn17-slow5+ms500": ["effect_steps=0"],
                 "cnnf18-slow20": ["all_ranks=1"]}
 # cases whose verdict must carry this signal among those that name the rank
 SIGNALS = {"ddp-gpu10s20": "cpu", "ddp-gpu10s20+newcpu": "cpu", "d17-slow10": "pace",
-           "x19-slow5": "pace", "d17-slow10+ms1000": "pace", "x19-slow5+ms1000": "pace", "cnn17-slow5": "pace", "cnn17-slow5+ms500": "pace",
+           "x19-slow5": "pace", "d17-slow10+ms1000": "pace", "x19-slow5+ms1000": "pace",
+           "cnn17-slow5": "pace", "cnn17-slow5+ms500": "pace",
            "cnn18-slow5s20": "pace", "cnnf20-slow20": "compute", "cnnf20-slow10": "compute",
            "cnn20-slow10": "compute", "cnnf21-hog50": "compute", "cnnf21-hog25": "compute",
            "g21-hog50": "compute"}

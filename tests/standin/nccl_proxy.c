@@ -21,6 +21,7 @@ struct proxy {
 	pthread_t service;
 	atomic_int stop;
 	int pct, rank;
+	uint64_t cpu_ns; /* the progress thread's CPU time, set as it ends */
 };
 
 static uint64_t thread_cpu_ns(void)
@@ -34,7 +35,6 @@ static uint64_t thread_cpu_ns(void)
 static void *progress_main(void *arg)
 {
 	struct proxy *p = arg;
-	uint64_t *cpu = malloc(sizeof(*cpu));
 
 	while (!atomic_load(&p->stop)) {
 		uint64_t t0 = fqsi_now_ns();
@@ -43,26 +43,22 @@ static void *progress_main(void *arg)
 			;
 		fqsi_sleep_until(t0 + 1000000);
 	}
-	if (cpu)
-		*cpu = thread_cpu_ns();
-	return cpu;
+	p->cpu_ns = thread_cpu_ns();
+	return NULL;
 }
 
 static void *service_main(void *arg)
 {
 	struct proxy *p = arg;
 	pthread_t progress;
-	void *cpu = NULL;
 
 	if (pthread_create(&progress, NULL, progress_main, p)) {
 		fail("rank %d: cannot start the proxy progress thread", p->rank);
 		return NULL;
 	}
-	pthread_join(progress, &cpu);
-	if (cpu)
-		fprintf(stderr, "fq-standin nccl: rank %d proxy progress cpu_ns %llu\n", p->rank,
-			(unsigned long long)*(uint64_t *)cpu);
-	free(cpu);
+	pthread_join(progress, NULL);
+	fprintf(stderr, "fq-standin nccl: rank %d proxy progress cpu_ns %llu\n", p->rank,
+		(unsigned long long)p->cpu_ns);
 	return NULL;
 }
 
