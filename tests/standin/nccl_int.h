@@ -102,6 +102,13 @@ enum op {
 
 extern const char *const op_names[OP_COUNT];
 
+/*
+ * Arrival times kept per rank: a rank can be at most a collective or two past one that a peer
+ * has not finished (it needs that peer's next arrival to finish its own), so a short ring holds
+ * every time a peer still reads.
+ */
+#define ARRIVAL_RING 16
+
 /* One segment per communicator, shared by every rank's process, zero-filled when created. */
 struct shm {
 	_Atomic uint32_t gen; /* futex word: bumped on every join, arrival and barrier */
@@ -111,6 +118,8 @@ struct shm {
 	_Atomic uint32_t present[FQSI_MAX_RANKS];
 	_Atomic uint64_t arrived[FQSI_MAX_RANKS]; /* operations each rank has enqueued */
 	_Atomic uint64_t barrier[FQSI_MAX_RANKS];
+	/* FQ_STANDIN_DEVICE_CLOCK=device: each rank's device-clock arrival at seq, by seq % ring */
+	_Atomic uint64_t arrived_ns[FQSI_MAX_RANKS][ARRIVAL_RING];
 	int32_t color[2][FQSI_MAX_RANKS]; /* ncclCommSplit exchange, double-buffered */
 	int32_t key[2][FQSI_MAX_RANKS];
 };

@@ -35,6 +35,46 @@ static uint64_t xfer_ns(void)
 	return (uint64_t)v * 1000;
 }
 
+/*
+ * FQ_STANDIN_DEVICE_CLOCK=device: a collective's kernel starts when its stream's previous item
+ * ended on the device clock and finishes when the last rank's started (plus the transfer), on
+ * that clock, as on a GPU, where nothing on the host delays a queued kernel; its device thread
+ * woken late catches up. Unset or "host": it starts when its device thread gets there, so a
+ * device thread waiting for a core delays its rank (the tests' verdicts were set on that).
+ * Shared memory only: over TCP arrivals carry no time.
+ */
+static bool device_clock(void)
+{
+	static _Atomic int on = -1;
+	int v = atomic_load(&on);
+
+	if (v < 0) {
+		const char *s = getenv("FQ_STANDIN_DEVICE_CLOCK");
+
+		v = s && !strcmp(s, "device");
+		atomic_store(&on, v);
+	}
+	return v;
+}
+
+/* The latest device-clock arrival at seq among the ranks cond waited for (itself included). */
+static uint64_t last_arrival(const struct ncclComm *c, enum cond cond, uint64_t seq, int peer,
+			     uint64_t own)
+{
+	uint64_t t = own;
+
+	for (int r = 0; r < c->nranks; r++) {
+		uint64_t a;
+
+		if (cond == COND_PEER && r != peer)
+			continue;
+		a = atomic_load(&c->shm->arrived_ns[r][seq % ARRIVAL_RING]);
+		if (a > t)
+			t = a;
+	}
+	return t;
+}
+
 /* FQ_STANDIN_BLOCKING=1: a collective call returns only once every rank's kernel arrived. */
 static bool blocking(void)
 {
@@ -80,15 +120,20 @@ static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 	void *ch[NCHANNELS] = { 0 };
 	uint64_t off = fqsi_gpu_offset_ns(), all, end;
 	char note[160];
+	bool dclock;
 	int err = 0;
 
 	if (x->failed) {
 		atomic_fetch_sub(&c->pending, 1);
 		return -ECANCELED;
 	}
-	/* the kernel starts when it is reached: a late device thread's wakeup is part of it */
-	if (fqsi_now_ns() > x->start_ns)
+	/* the kernel starts when it is reached: a late device thread's wakeup is part of it,
+	 * unless the device keeps its own clock (device_clock) */
+	dclock = device_clock() && !c->tcp;
+	if (!dclock && fqsi_now_ns() > x->start_ns)
 		x->start_ns = fqsi_now_ns();
+	if (dclock)
+		atomic_store(&c->shm->arrived_ns[c->rank][seq % ARRIVAL_RING], x->start_ns);
 	publish_arrival(c, seq);
 	for (int i = 0; kch && i < NCHANNELS; i++) {
 		fq_nccl_descr_t d = { 0 };
@@ -125,7 +170,7 @@ static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 		     c->rank, c->nranks, op_names[op], (unsigned long long)seq,
 		     (double)fqsi_timeout_ns() / 1e9, who);
 	}
-	all = fqsi_now_ns();
+	all = dclock && !err ? last_arrival(c, cond, seq, peer, x->start_ns) : fqsi_now_ns();
 	if (all < x->start_ns)
 		all = x->start_ns;
 	end = all + (err ? 0 : xfer_ns());

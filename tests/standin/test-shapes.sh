@@ -3,7 +3,9 @@
 # numbered 0..n-1; the host runs ahead of the device only as far as the launch queue lets it;
 # a slower GPU grows only its compute kernels and makes its collective kernels the shortest;
 # a stalled rank's kernels wait least; --blocking puts the wait in the collective call; FSDP
-# and pipeline issue identical sequences per communicator; GPU clocks differ per rank.
+# and pipeline issue identical sequences per communicator; GPU clocks differ per rank; on
+# device clocks (FQ_STANDIN_DEVICE_CLOCK=device) a collective ends on every rank at once, and
+# --slow-of measured sizes the fault on the measured step.
 . "$(dirname "$0")/lib.sh"
 
 # col FILE RANK OP FIELD: values of a column ($7 dur_ns, or note key=value) for a rank's OP rows
@@ -149,6 +151,28 @@ for ops in mixed grouped; do
 	[ "$(ops_per_rank "$T/l.tsv" cudaStreamSynchronize | awk '{ print $2 }' | sort -u)" = 4 ] ||
 		fail "loop --ops $ops on devices: not one sync per step"
 done
+
+# FQ_STANDIN_DEVICE_CLOCK=device: every rank's collective kernel ends at one device-clock
+# instant (the last rank's start plus the transfer), however late each device thread woke;
+# --slow-of measured: the slowed rank's compute kernels grow by P% of its measured step
+N=4 S=40 B=4 K=4000
+FQ_STANDIN_DEVICE_CLOCK=device "$FQ_WORKLOAD" --ranks $N --steps $S --shape ddp --buckets $B \
+	--step-us 200 --kernel-us $K --sync-every 20 --slow-rank 2 --slow-pct 10 --slow-kind gpu \
+	--slow-from 20 --slow-of measured --report "$T/dc.tsv" 2>"$T/err" ||
+	fail "DDP on device clocks exited $?"
+awk -F'\t' 'NR > 1 && $4 == "globaltimer" { off[$1] = $7 }
+	NR > 1 && $4 == "kernel:ncclDevKernel_AllReduce" {
+		split($8, kv, /[ =]/); e = kv[4] - off[$1]
+		if (($5 in end) && end[$5] != e) bad++
+		end[$5] = e; n++ }
+	END { exit !(n == '$((N * S * B))' && !bad) }' "$T/dc.tsv" ||
+	fail "device clocks: the ranks' all-reduce kernels do not end together"
+x=$(sed -n 's/^fq-workload: rank 2: measured step \([0-9]*\) us, nominal.*/\1/p' "$T/err")
+[ -n "$x" ] || fail "--slow-of measured: no measured step on stderr: $(cat "$T/err")"
+want=$((K * 1000 / 3 / B * (100 + (x * 10 / 100 * 100 + K / 2) / K) / 100))
+got=$(awk -F'\t' '$1 == 2 && $4 == "kernel:fq_forward" { print $7 }' "$T/dc.tsv" | sort -u |
+      tail -n 1)
+[ "$got" = "$want" ] || fail "--slow-of measured: slowed forward kernel ${got}ns, want ${want}ns (step ${x}us)"
 
 if "$FQ_WORKLOAD" --ranks 2 --steps 1 --shape ddp --device inline 2>"$T/err"; then
 	fail "--shape ddp --device inline was accepted"

@@ -72,6 +72,7 @@ struct opts {
 	long step_us, kernel_us, watchdog_us;
 	int slow_rank, slow_pct, slow_from;
 	enum slow_kind slow_kind;
+	bool slow_measured; /* --slow-of measured: P% of the rank's own measured step */
 	enum shape shape;
 	int buckets, layers, stages, micro, sync_every;
 	long launch_queue, xfer_us, data_us;
@@ -111,6 +112,8 @@ struct worker {
 	struct rank_stat *stat;
 	cudaEvent_t ev;
 	_Atomic bool done;
+	uint64_t basis_t0; /* --slow-of measured: when step slow_from / 2 began */
+	long basis_us;	   /* and the step it measured at slow_from, 0 before */
 };
 
 /* A communicator other than the world one, with its own operation numbers in the report. */

@@ -20,7 +20,8 @@ static void usage(FILE *f)
 		"         [--ops allreduce|mixed|grouped] [--watchdog-us US] [--report FILE]\n"
 		"         [--shape loop|ddp|fsdp|pipeline] [--buckets B] [--layers L]\n"
 		"         [--stages P] [--micro M] [--sync-every K] [--blocking]\n"
-		"         [--slow-kind busy|stall|gpu] [--launch-queue N] [--xfer-us US]\n"
+		"         [--slow-kind busy|stall|gpu] [--slow-of nominal|measured]\n"
+		"         [--launch-queue N] [--xfer-us US]\n"
 		"         [--device thread|inline] [--data-us US] [--count FLOATS]\n"
 		"         [--netns PREFIX]\n");
 }
@@ -56,7 +57,8 @@ int parse_opts(int argc, char **argv, struct opts *o)
 		{ "slow-kind", 1, NULL, 'K' },	  { "launch-queue", 1, NULL, 'q' },
 		{ "xfer-us", 1, NULL, 'x' },	  { "device", 1, NULL, 'D' },
 		{ "data-us", 1, NULL, 'L' },	  { "count", 1, NULL, 'N' },
-		{ "netns", 1, NULL, 'E' },	  { 0 },
+		{ "netns", 1, NULL, 'E' },	  { "slow-of", 1, NULL, 'O' },
+		{ 0 },
 	};
 	int c;
 	long v;
@@ -168,6 +170,12 @@ int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'B':
 			o->blocking = true;
+			break;
+		case 'O':
+			if (!strcmp(optarg, "measured"))
+				o->slow_measured = true;
+			else if (strcmp(optarg, "nominal"))
+				err = -EINVAL;
 			break;
 		case 'K':
 			if (!strcmp(optarg, "busy"))

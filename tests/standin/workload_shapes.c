@@ -32,13 +32,38 @@ static bool slowed(const struct worker *w, int step)
 }
 
 /*
+ * --slow-of measured: the step the fault is a share of is the rank's own, as it ran: its mean
+ * wall time a step from step slow_from / 2 to slow_from (a job on a small shared machine runs
+ * well over its nominal step, so P% of the nominal one costs it far less than P%). train.py
+ * sizes its faults on the measured step the same way.
+ */
+static long basis_us(struct worker *w, int step)
+{
+	const struct opts *o = w->o;
+	int half = o->slow_from / 2;
+
+	if (!o->slow_measured || w->rank != o->slow_rank || o->slow_from < 2)
+		return nominal_us(o);
+	if (step == half)
+		w->basis_t0 = fqsi_now_ns();
+	if (step == o->slow_from && w->basis_t0) {
+		w->basis_us = (long)((fqsi_now_ns() - w->basis_t0) / 1000 /
+				     (uint64_t)(o->slow_from - half));
+		fprintf(stderr, "fq-workload: rank %d: measured step %ld us, nominal %ld us\n",
+			w->rank, w->basis_us, nominal_us(o));
+	}
+	return w->basis_us > 0 ? w->basis_us : nominal_us(o);
+}
+
+/*
  * The start of the main thread's step: the wait for its batch (--data-us), then the planted
  * fault: stall sleeps P% of a step (off-CPU), busy spins P% of a step more; gpu leaves the CPU
- * alone and returns the percentage the step's compute kernels take of their normal device time.
+ * alone and returns the percentage the step's compute kernels take of their normal device
+ * time (P% more; --slow-of measured: their normal time plus P% of the measured step).
  */
 int plant(struct worker *w, int step)
 {
-	long extra = nominal_us(w->o) * w->o->slow_pct / 100;
+	long base = basis_us(w, step), extra = base * w->o->slow_pct / 100;
 
 	/* --data-us: waiting for the next batch (data loader, I/O), off-CPU */
 	if (w->o->data_us > 0)
@@ -53,7 +78,10 @@ int plant(struct worker *w, int step)
 		spin_us(extra);
 		break;
 	case SLOW_GPU:
-		return 100 + w->o->slow_pct;
+		/* nominal: P% more device time, as it always was */
+		if (w->basis_us <= 0 || w->o->kernel_us <= 0)
+			return 100 + w->o->slow_pct;
+		return 100 + (int)((extra * 100 + w->o->kernel_us / 2) / w->o->kernel_us);
 	}
 	return 100;
 }
