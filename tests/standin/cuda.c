@@ -84,6 +84,7 @@ struct CUevent_st {
 	struct CUstream_st *stream;
 	_Atomic uint64_t rec_gen;
 	_Atomic uint64_t done_gen;
+	_Atomic uint64_t done_ns; /* the device clock when done_gen was reached */
 };
 
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -240,6 +241,11 @@ static int run_item(struct CUstream_st *s, struct item *it, int failed, uint64_t
 			pthread_cond_wait(&it->wait_on->cond, &it->wait_on->lock);
 		pthread_mutex_unlock(&it->wait_on->lock);
 		x.end_ns = fqsi_now_ns();
+		/* on device clocks: when the other stream passed the event, on its clock */
+		if (fqsi_device_clock())
+			x.end_ns = atomic_load(&it->ev->done_ns) > x.start_ns
+					   ? atomic_load(&it->ev->done_ns)
+					   : x.start_ns;
 		break;
 	case ITEM_EVENT:
 		break;
@@ -255,8 +261,10 @@ static void finish_item(struct CUstream_st *s, struct item *it, int err, uint64_
 		s->err = err;
 	if (end > s->gpu_ns)
 		s->gpu_ns = end;
-	if (it->kind == ITEM_EVENT)
+	if (it->kind == ITEM_EVENT) {
+		atomic_store(&it->ev->done_ns, end);
 		atomic_store(&it->ev->done_gen, it->ev_gen);
+	}
 	s->queued--;
 	s->ndone++;
 	pthread_cond_broadcast(&s->cond);

@@ -35,28 +35,6 @@ static uint64_t xfer_ns(void)
 	return (uint64_t)v * 1000;
 }
 
-/*
- * FQ_STANDIN_DEVICE_CLOCK=device: a collective's kernel starts when its stream's previous item
- * ended on the device clock and finishes when the last rank's started (plus the transfer), on
- * that clock, as on a GPU, where nothing on the host delays a queued kernel; its device thread
- * woken late catches up. Unset or "host": it starts when its device thread gets there, so a
- * device thread waiting for a core delays its rank (the tests' verdicts were set on that).
- * Shared memory only: over TCP arrivals carry no time.
- */
-static bool device_clock(void)
-{
-	static _Atomic int on = -1;
-	int v = atomic_load(&on);
-
-	if (v < 0) {
-		const char *s = getenv("FQ_STANDIN_DEVICE_CLOCK");
-
-		v = s && !strcmp(s, "device");
-		atomic_store(&on, v);
-	}
-	return v;
-}
-
 /* The latest device-clock arrival at seq among the ranks cond waited for (itself included). */
 static uint64_t last_arrival(const struct ncclComm *c, enum cond cond, uint64_t seq, int peer,
 			     uint64_t own)
@@ -128,8 +106,10 @@ static int nccl_kernel_run(const uint64_t *argv, struct fqsi_exec *x)
 		return -ECANCELED;
 	}
 	/* the kernel starts when it is reached: a late device thread's wakeup is part of it,
-	 * unless the device keeps its own clock (device_clock) */
-	dclock = device_clock() && !c->tcp;
+	 * unless the device keeps its own clock (fqsi_device_clock): then it starts when the
+	 * stream's previous item ended and ends at the last rank's start plus the transfer.
+	 * Shared memory only: over TCP arrivals carry no time */
+	dclock = fqsi_device_clock() && !c->tcp;
 	if (!dclock && fqsi_now_ns() > x->start_ns)
 		x->start_ns = fqsi_now_ns();
 	if (dclock)

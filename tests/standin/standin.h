@@ -122,6 +122,20 @@ static inline int fqsi_inline(void)
 	return s && !strcmp(s, "inline");
 }
 
+/*
+ * FQ_STANDIN_DEVICE_CLOCK=device: each device keeps a clock of its own, as a GPU does; what
+ * runs on it (a collective's kernel, a wait for another stream's event) starts and ends on
+ * that clock, so a device thread woken late catches up instead of delaying its rank. Unset or
+ * "host": a collective starts, and a wait ends, when the device thread gets there (the tests'
+ * verdicts were set on that timing).
+ */
+static inline int fqsi_device_clock(void)
+{
+	const char *s = getenv("FQ_STANDIN_DEVICE_CLOCK");
+
+	return s && !strcmp(s, "device") && !fqsi_inline();
+}
+
 static inline void fqsi_sleep_until(uint64_t ns)
 {
 	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ull),

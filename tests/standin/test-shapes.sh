@@ -174,6 +174,19 @@ got=$(awk -F'\t' '$1 == 2 && $4 == "kernel:fq_forward" { print $7 }' "$T/dc.tsv"
       tail -n 1)
 [ "$got" = "$want" ] || fail "--slow-of measured: slowed forward kernel ${got}ns, want ${want}ns (step ${x}us)"
 
+# ... and a stream's wait for another's event ends on the device clock too: FSDP's compute
+# kernels start where a kernel of that rank ended (its previous one, or the all-gather it
+# waited for), not when the device thread woke (a few may start at their launch)
+FQ_STANDIN_DEVICE_CLOCK=device "$FQ_WORKLOAD" --ranks 3 --steps 20 --shape fsdp --layers 4 \
+	--step-us 200 --kernel-us 3000 --sync-every 20 --report "$T/fc.tsv" 2>"$T/err" ||
+	fail "FSDP on device clocks exited $?"
+awk -F'\t' 'NR > 1 && $4 ~ /^kernel:/ { split($8, kv, /[ =]/); k[NR] = $1 " " kv[2] " " kv[4] " " $4 }
+	END { for (i in k) { split(k[i], a, " "); stop[a[1] " " a[3]] = 1 }
+	      for (i in k) { split(k[i], a, " "); if (a[4] != "kernel:fq_forward") continue
+			     n++; if ((a[1] " " a[2]) in stop) hit++ }
+	      exit !(n == 3 * 20 * 4 && hit >= n * 9 / 10) }' "$T/fc.tsv" ||
+	fail "device clocks: FSDP compute kernels start off the device clock"
+
 if "$FQ_WORKLOAD" --ranks 2 --steps 1 --shape ddp --device inline 2>"$T/err"; then
 	fail "--shape ddp --device inline was accepted"
 fi
