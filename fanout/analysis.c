@@ -369,7 +369,7 @@ static void near_fsdp(sqlite3_stmt *st, char *buf, size_t len)
 			   "the job is not measured)\n", sqlite3_column_double(st, 7));
 }
 
-char *an_near(sqlite3 *db)
+char *an_near(sqlite3 *db, int *grown)
 {
 	/* (a user's merge file without these columns: no line; without the last two, which
 	 * came later, no FSDP line; without z_compute, which came last, the same less it) */
@@ -389,6 +389,17 @@ char *an_near(sqlite3 *db)
 	sqlite3_stmt *st = NULL;
 	char *line = NULL, fsdp[256];
 
+	*grown = 0;
+	/* (the same row: a merge file without bar_steps has no grown bar to say) */
+	if (sqlite3_prepare_v2(db,
+			       "SELECT near_pct < bar_pct AND bar_steps IS NOT NULL "
+			       "FROM temp.fq_analysis WHERE verdict = 'ok' AND near_pct IS NOT NULL "
+			       "ORDER BY near_pct DESC LIMIT 1",
+			       -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW)
+		*grown = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	st = NULL;
 	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK &&
 	    sqlite3_prepare_v2(db, mid, -1, &st, NULL) != SQLITE_OK &&
 	    sqlite3_prepare_v2(db, older, -1, &st, NULL) != SQLITE_OK)

@@ -79,9 +79,10 @@ const char *an_judged(const struct an_findings *fd, char *buf, size_t n);
 int an_count(sqlite3 *db, int netcheck, struct an_findings *fd);
 /*
  * stragglers, before the rows of ranks not named go: the line that says which of them came
- * closest to a verdict and by how much (malloc'd), or NULL when none stood out.
+ * closest to a verdict and by how much (malloc'd), or NULL when none stood out. *grown: 1
+ * when that rank fell under a bar grown for a short span (bar_steps), else 0.
  */
-char *an_near(sqlite3 *db);
+char *an_near(sqlite3 *db, int *grown);
 
 /*
  * Fewer collectives a rank than this in every communicator is no verdict: a window over an

@@ -257,7 +257,7 @@ static int run_analysis(struct run *r, int net)
 			goto done;
 		}
 		if (r->near)
-			r->near_text = an_near(merge_db(m));
+			r->near_text = an_near(merge_db(m), &r->near_grown);
 		if (r->bars)
 			r->bar_text = bars_take(merge_db(m), q->threshold > 0 ? q->threshold : 3.5,
 						q->all);
@@ -310,8 +310,18 @@ static int run_analysis(struct run *r, int net)
 	}
 	/* a clean verdict's margin: a finding, or no verdict, says more than it */
 	if (r->near_text && answered && !r->short_of && !r->fd.hung && !r->fd.stragglers &&
-	    !cov_short)
+	    !cov_short) {
+		long long seqs = q->max_seqs < 0 ? DEFAULT_MAX_SEQS : q->max_seqs;
+
 		fputs(r->near_text, stdout);
+		/* under a bar that grew because --max-seqs cut the span short (an FSDP step of
+		 * 24 collectives: 1000 seqs are 42 steps), a longer span is the remedy */
+		if (r->near_grown && seqs > 0 && r->seen.counted && r->seen.colls >= seqs)
+			printf("  (the span was each communicator's newest %lld collectives, and the "
+			       "bar grows as a span's steps fall under --effect-steps: --max-seqs "
+			       "%lld judges more of the window)\n",
+			       seqs, 4 * seqs);
+	}
 	if (r->bar_text && answered)
 		fputs(r->bar_text, stdout);
 	/* (before the summary on stderr, in a file that holds both) */

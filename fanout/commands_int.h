@@ -55,6 +55,7 @@ struct run {
 	int plain; /* a query printed straight from the wire */
 	FILE *tl;
 	char *bar_text, *near_text;
+	int near_grown; /* near_text's rank fell under a bar grown for a short span */
 };
 
 /*

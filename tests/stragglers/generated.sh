@@ -129,6 +129,16 @@ expect_rc 0 "slow rank under a bar of 90 %"
 grep -q "^no straggler: 16 ranks" "$T/out" || fail "under a bar of 90 %: $(cat "$T/out")"
 grep -Eq "^  closest: rank 6 on $SLOWNODE: its (synchronize waits stand|collective kernels stand|CPU work stands) out \(z [0-9.]+\), [0-9.]+% of the span, under the bar of 90.0%$" \
 	"$T/out" || fail "closest line: $(cat "$T/out")"
+# (a bar set by hand, over a span --max-seqs did not cut: no hint to widen it)
+! grep -q "judges more of the window" "$T/out" || fail "--max-seqs hint without a cut: $(cat "$T/out")"
+# a span --max-seqs cut to 40 steps grows the bar (x1.58 under --effect-steps 100): the
+# closest line says that a longer span is judged with --max-seqs 4 times larger
+fq -w "$HOSTS" stragglers --since 2m --min-effect 60 --max-seqs 40
+expect_rc 0 "slow rank under a grown bar of 95 %"
+grep -q "^  closest: rank 6 on $SLOWNODE: .*, under the bar of 9[0-9.]*%$" "$T/out" ||
+	fail "closest line under a grown bar: $(cat "$T/out")"
+grep -q "^  (the span was each communicator's newest 40 collectives, .* --max-seqs 160 judges more of the window)$" \
+	"$T/out" || fail "no --max-seqs hint under a grown bar: $(cat "$T/out")"
 # ... and only in the report: machine formats keep their rows (none)
 fq -w "$HOSTS" stragglers --since 2m --min-effect 90 --format tsv
 expect_rc 0 "slow rank under a bar of 90 %, tsv"
