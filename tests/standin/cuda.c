@@ -240,12 +240,10 @@ static int run_item(struct CUstream_st *s, struct item *it, int failed, uint64_t
 		while (atomic_load(&it->ev->done_gen) < it->ev_gen)
 			pthread_cond_wait(&it->wait_on->cond, &it->wait_on->lock);
 		pthread_mutex_unlock(&it->wait_on->lock);
-		x.end_ns = fqsi_now_ns();
 		/* on device clocks: when the other stream passed the event, on its clock */
-		if (fqsi_device_clock())
-			x.end_ns = atomic_load(&it->ev->done_ns) > x.start_ns
-					   ? atomic_load(&it->ev->done_ns)
-					   : x.start_ns;
+		x.end_ns = fqsi_device_clock() ? atomic_load(&it->ev->done_ns) : fqsi_now_ns();
+		if (x.end_ns < x.start_ns)
+			x.end_ns = x.start_ns;
 		break;
 	case ITEM_EVENT:
 		break;

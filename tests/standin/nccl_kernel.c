@@ -39,14 +39,12 @@ static uint64_t xfer_ns(void)
 static uint64_t last_arrival(const struct ncclComm *c, enum cond cond, uint64_t seq, int peer,
 			     uint64_t own)
 {
+	int lo = cond == COND_PEER ? peer : 0, hi = cond == COND_PEER ? peer + 1 : c->nranks;
 	uint64_t t = own;
 
-	for (int r = 0; r < c->nranks; r++) {
-		uint64_t a;
+	for (int r = lo; r < hi; r++) {
+		uint64_t a = atomic_load(&c->shm->arrived_ns[r][seq % ARRIVAL_RING]);
 
-		if (cond == COND_PEER && r != peer)
-			continue;
-		a = atomic_load(&c->shm->arrived_ns[r][seq % ARRIVAL_RING]);
 		if (a > t)
 			t = a;
 	}

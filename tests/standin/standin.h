@@ -131,9 +131,17 @@ static inline int fqsi_inline(void)
  */
 static inline int fqsi_device_clock(void)
 {
-	const char *s = getenv("FQ_STANDIN_DEVICE_CLOCK");
+	/* read once per library: it is asked at every kernel */
+	static _Atomic int on = -1;
+	int v = atomic_load(&on);
 
-	return s && !strcmp(s, "device") && !fqsi_inline();
+	if (v < 0) {
+		const char *s = getenv("FQ_STANDIN_DEVICE_CLOCK");
+
+		v = s && !strcmp(s, "device") && !fqsi_inline();
+		atomic_store(&on, v);
+	}
+	return v;
 }
 
 static inline void fqsi_sleep_until(uint64_t ns)
