@@ -269,6 +269,12 @@ void why_report(FILE *out, sqlite3_stmt *st)
 	pair(out, st, "blocked_pct", "peer_blocked_pct", "%");
 	fprintf(out, "\n       its node: TCP retransmits ");
 	pair(out, st, "tcp_retrans", "peer_tcp_retrans", "");
+	/* a host shared by several ranks: only the sockets' owner tells them apart */
+	if (row_has(st, "tcp_own")) {
+		fprintf(out, " (its own sockets ");
+		pair(out, st, "tcp_own", "peer_tcp_own", "");
+		fputc(')', out);
+	}
 	fprintf(out, "; InfiniBand errors ");
 	pair(out, st, "ib_errors", "peer_ib_errors", "");
 	fprintf(out, "\n  likely cause: %s\n", row_txt(st, "likely_cause"));

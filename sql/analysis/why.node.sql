@@ -37,6 +37,9 @@
 --                          threads (NCCL's proxy, a watchdog, autograd) block by design, as
 --                          much on every rank: their sum only adds noise
 --   tcp_retrans            TCP retransmits on this node in the window (any process)
+--   tcp_own, tcp_flow      those of its own sockets (tcp_retransmits.pid: the socket's
+--                          owner), and the flow with most of them (saddr:sport>daddr:dport);
+--                          on a host shared by several ranks only these tell them apart
 --   ib_errors              increments of InfiniBand error counters on this node in the window
 --   ib_worst               the counter (device/port counter) that grew most, or NULL
 --   coll_gpu_ns            GPU time of its collective and send/recv kernels in the window
@@ -207,6 +210,11 @@ SELECT r.comm_hash, r.rank, r.pid, r.t0 AS t0_ns, r.t1 AS t1_ns,
        coalesce(o.preempted, 0) AS preempted_ns, coalesce(o.blocked, 0) AS blocked_ns,
        (SELECT count(*) FROM tcp_retransmits t WHERE t.ts_ns BETWEEN r.t0 AND r.t1)
 	       AS tcp_retrans,
+       (SELECT count(*) FROM tcp_retransmits t
+	WHERE t.ts_ns BETWEEN r.t0 AND r.t1 AND t.pid = r.pid) AS tcp_own,
+       (SELECT t.saddr || ':' || t.sport || '>' || t.daddr || ':' || t.dport
+	FROM tcp_retransmits t WHERE t.ts_ns BETWEEN r.t0 AND r.t1 AND t.pid = r.pid
+	GROUP BY t.saddr, t.sport, t.daddr, t.dport ORDER BY count(*) DESC LIMIT 1) AS tcp_flow,
        (SELECT coalesce(sum(n), 0) FROM ib i
 	WHERE i.comm_hash = r.comm_hash AND i.rank IS r.rank AND i.pid = r.pid) AS ib_errors,
        (SELECT what FROM ib i

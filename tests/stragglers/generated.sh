@@ -144,6 +144,30 @@ fq -w "$HOSTS" stragglers --since 2m --min-effect 90 --format tsv
 expect_rc 0 "slow rank under a bar of 90 %, tsv"
 [ "$(wc -l <"$T/out")" = 1 ] || fail "tsv under a bar of 90 %: $(cat "$T/out")"
 
+# 5b. the same slow rank 6, and rank 9's sockets (node2) retransmitting 40 segments over the
+# job, 90 % of them on one flow: rank 6, with nothing of its own, gets rank 9's link as its
+# likely cause (a lossy link delays the ranks its data reaches); rank 9's node counts them too
+HOSTS=
+for k in 0 1 2 3; do
+	"$TRACEGEN" --out "$T/link-n$k.db" --node "node$k" --ranks 4 --rank-base $((4 * k)) \
+		--nranks 16 --steps $STEPS --start-ns $START --seed 6 --slow-rank 6 --slow-pct 20 \
+		>"$T/gen.log" 2>&1 || fail "fq-tracegen link node$k"
+done
+sqlite3 "$T/link-n2.db" "WITH RECURSIVE i(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM i WHERE x < 39)
+	INSERT INTO tcp_retransmits SELECT $START + 1000000000 + x * 50000000,
+	(SELECT pid FROM processes WHERE rank = 9), '10.0.0.10', 40000 + (x % 10 = 9),
+	'10.0.0.11', 29500, 'ESTABLISHED' FROM i" || fail "cannot add rank 9's retransmits"
+for k in 0 1 2 3; do
+	start_agent "link$k" "$T/link-n$k.db" ca
+	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
+done
+fq -w "$HOSTS" stragglers --since 2m
+expect_rc 1 "slow rank, a peer's lossy link"
+head -n 1 "$T/out" | grep -q "^straggler: rank 6 on 127.0.0.1:$(cat "$T/link1.port") " ||
+	fail "lossy link: want rank 6 first: $(cat "$T/out")"
+grep -qx "  likely cause: none of its own; rank 9's sockets (127.0.0.1:$(cat "$T/link2.port")) retransmitted 40 TCP segments vs 0 median (flow 10.0.0.10:40000>10.0.0.11:29500): a lossy link delays the ranks its data reaches (network; fleetq netcheck)" \
+	"$T/out" || fail "lossy link: want rank 9's link as the cause: $(cat "$T/out")"
+
 # 6. hung rank 9 (node2) at seq 120: exit 5, "stopped at seq 120"
 job hang --seed 3 --hang-rank 9 --hang-at 120
 fq -w "$HOSTS" stragglers --since 2m

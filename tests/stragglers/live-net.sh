@@ -8,8 +8,9 @@
 #   clean link: netcheck exits 0 and names no link;
 #   nftables on the bridge drops a share of the packets that rank 2 sends (its link is lossy):
 #   rank 2's TCP stack retransmits, its collectives (and so everyone's) slow down, and netcheck
-#   exits 1 naming rank 2 on rank 2's agent, and no other; the straggler report names no other
-#   rank either (a lossy link makes no rank arrive late: it says "no straggler").
+#   exits 1 naming rank 2 on rank 2's agent, and no other; the straggler report names no rank,
+#   or rank 2, or a rank whose likely cause it gives as rank 2's link (the rank rank 2 sends to
+#   is done last round the ring and waits least).
 # The agents run in the root namespace, one per rank's cgroup: tcp_retransmit_skb is one
 # tracepoint for the whole kernel, so an agent's namespace changes nothing of what it sees;
 # what ties a retransmit to rank 2 is the socket's owner (agentd's sk_owner), and fleetq's
@@ -130,8 +131,14 @@ grep "^network:" "$T/out" | grep -qv "rank $BAD " && fail "another rank named: $
 # the flow with most retransmits leaves rank 2's address
 grep -q ", flow 10.200.0.$((BAD + 1)):[0-9]*>10.200.0.[0-9]*:[0-9]*$" "$T/out" ||
 	fail "want a flow from 10.200.0.$((BAD + 1)): $(cat "$T/out")"
-fq -w "$HOSTS" stragglers --since 5m --job lossy-$$
-[ "$RC" = 0 ] || head -n 1 "$T/out" | grep -q "^straggler: rank $BAD " ||
-	fail "stragglers blames another rank: $(cat "$T/out")"
+# stragglers: no straggler, or rank 2; or the rank its data reaches, which round the ring is
+# done last and waits least (seen once in CI: rank 3 at 7.6 %, wait z 9.75), with rank 2's
+# link as its likely cause, never one without it
+fq -w "$HOSTS" stragglers --since 5m --job lossy-$$ ${NET_STRAGGLERS_ARGS:-}
+if [ "$RC" != 0 ] && ! head -n 1 "$T/out" | grep -q "^straggler: rank $BAD "; then
+	grep -q "^  likely cause: none of its own; rank $BAD's sockets (127.0.0.1:${PORT[$BAD]}) retransmitted [0-9,]* TCP segments vs 0 median (flow 10.200.0.$((BAD + 1)):[0-9]*>10.200.0.[0-9]*:[0-9]*): " "$T/out" ||
+		fail "stragglers blames another rank, not rank $BAD's link: $(cat "$T/out")"
+	echo "stragglers named $(head -n 1 "$T/out" | cut -d' ' -f2-3), its cause rank $BAD's link"
+fi
 show lossy-$$
 echo "PASS after ${SECONDS}s"

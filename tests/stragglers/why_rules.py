@@ -162,6 +162,11 @@ def trace(k, name, o, n=len(NODES)):
     for i in range(o.get("retrans", 0)):
         db.execute("INSERT INTO tcp_retransmits (ts_ns, pid) VALUES (?, NULL)",
                    (T0 + 300 * MS + i * 1000,))
+    # its own sockets' (the owner's agent knows it), most on one flow
+    for i in range(o.get("own_retrans", 0)):
+        db.execute("INSERT INTO tcp_retransmits VALUES (?,?,?,?,?,?,?)",
+                   (T0 + 300 * MS + i * 1000 + 500, pid, "10.0.0.%d" % (k + 1),
+                    40000 + (i % 5 == 4), "10.0.0.%d" % (k + 2), 29500, "ESTABLISHED"))
     if o.get("ib"):
         db.execute("INSERT INTO ib_counters VALUES (?,?,?,?,?,?)",
                    (T0 + 500 * MS, "mlx5_0", 1, "symbol_error", o["ib"], o["ib"]))
@@ -269,4 +274,31 @@ pre = run([trace(k, "preexec%d" % k, {"preexec": 1}, 3) for k in range(3)])
 for k, r in pre.items():
     assert (r["gpu_index"], float(r["sm_mhz"]), r["gpu_reason"]) == ("0", 1980, "NULL"), r
     assert r["cause"] == "NULL", r
+
+# ranks sharing a host, rank 2's link lossy: every agent sees each retransmit (one
+# tracepoint for the host), only rank 2's knows the socket (the others record pid NULL), so
+# the node's counts are equal and only the owner's stand out. Rank 2 gets its own sockets;
+# ranks with nothing of their own get rank 2's link (round a ring its next rank, done last,
+# waits least and is the one a verdict names); a rank with a cause of its own keeps it
+link = run([trace(k, "link%d" % k, {"own_retrans": 40} if k == 2 else
+                  {"retrans": 40, "preempted_ms": 200} if k == 4 else {"retrans": 40}, 6)
+            for k in range(6)])
+for k, r in link.items():
+    print("link", k, r["cause"], r["causes"], "|", r["likely_cause"])
+assert all(r["tcp_retrans"] == "40" for r in link.values()), link
+assert (link[2]["cause"], link[2]["tcp_own"], link[2]["tcp_flow"]) == \
+    ("tcp", "40", "10.0.0.3:40000>10.0.0.4:29500"), link[2]
+assert link[2]["likely_cause"] == \
+    "40 TCP retransmits of its own sockets vs 0 median (flow 10.0.0.3:40000>10.0.0.4:29500; " \
+    "network)", link[2]
+for k in (0, 1, 3, 5):
+    assert (link[k]["cause"], link[k]["causes"]) == ("tcp_peer", "tcp_peer"), link[k]
+    assert link[k]["likely_cause"] == (
+        "none of its own; rank 2's sockets (%s) retransmitted 40 TCP segments vs 0 median "
+        "(flow 10.0.0.3:40000>10.0.0.4:29500): a lossy link delays the ranks its data reaches "
+        "(network; fleetq netcheck)" % link[2]["node"]), link[k]
+assert (link[4]["cause"], link[4]["causes"]) == ("preempted", "preempted,tcp_peer"), link[4]
+# the same retransmits spread over every rank's sockets: nobody's link stands out
+even = run([trace(k, "even%d" % k, {"own_retrans": 40}, 5) for k in range(5)])
+assert all(r["cause"] == "NULL" for r in even.values()), even
 print("PASS")
