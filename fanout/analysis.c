@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,6 +368,39 @@ static void near_fsdp(sqlite3_stmt *st, char *buf, size_t len)
 	snprintf(buf, len, "    (all-gathers and reduce-scatters: its peers' kernels waited on it "
 			   "%.1f%% of the span in all, overlapping their own compute; what it cost "
 			   "the job is not measured)\n", sqlite3_column_double(st, 7));
+}
+
+long long an_widen(sqlite3 *db, long long seqs, double effect_steps, long long max_seqs,
+		   long long *steps)
+{
+	/* (a bar grows by sqrt(effect_steps / steps): the full span's is bar_pct over that) */
+	static const char sql[] =
+		"SELECT bar_steps FROM temp.fq_analysis "
+		"WHERE verdict = 'ok' AND near_pct IS NOT NULL AND bar_steps > 0 "
+		"AND near_pct < bar_pct AND near_pct >= bar_pct * sqrt(bar_steps / ?1) "
+		"AND NOT EXISTS (SELECT 1 FROM temp.fq_analysis WHERE verdict <> 'ok') "
+		"ORDER BY near_pct DESC LIMIT 1";
+	sqlite3_stmt *st = NULL;
+	long long want = 0;
+
+	*steps = 0;
+	if (seqs <= 0 || !(effect_steps > 0) ||
+	    sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+		goto out;
+	sqlite3_bind_double(st, 1, effect_steps);
+	if (sqlite3_step(st) == SQLITE_ROW) {
+		double n = sqlite3_column_double(st, 0);
+
+		*steps = sqlite3_column_int64(st, 0);
+		want = (long long)ceil((double)seqs * effect_steps / n * 1.1 / 100) * 100;
+		if (want > max_seqs)
+			want = max_seqs;
+		if (want <= seqs)
+			want = 0;
+	}
+out:
+	sqlite3_finalize(st);
+	return want;
 }
 
 char *an_near(sqlite3 *db, int *grown)

@@ -83,6 +83,14 @@ int an_count(sqlite3 *db, int netcheck, struct an_findings *fd);
  * when that rank fell under a bar grown for a short span (bar_steps), else 0.
  */
 char *an_near(sqlite3 *db, int *grown);
+/*
+ * stragglers, a clean verdict over spans of seqs newest collectives: the seqs that would
+ * span effect_steps steps (10 % more, in hundreds, at most max_seqs) where some rank fell
+ * under a bar grown for a short span but is at or above the bar of a full one (a longer
+ * span could name it), with that span's steps in *steps; else 0.
+ */
+long long an_widen(sqlite3 *db, long long seqs, double effect_steps, long long max_seqs,
+		   long long *steps);
 
 /*
  * Fewer collectives a rank than this in every communicator is no verdict: a window over an

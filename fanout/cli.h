@@ -27,6 +27,8 @@
  * give every rank's medians plenty of samples.
  */
 #define DEFAULT_MAX_SEQS 1000
+/* stragglers widens a default span cut short by DEFAULT_MAX_SEQS at most this many times */
+#define WIDEN_MAX_FACTOR 16
 
 /*
  * Row bytes fleetq accepts from one node (agentd's own default cap), and four
@@ -57,6 +59,8 @@ struct query_opts {
 	const char *job;
 	char *comm;
 	long long max_seqs; /* -1: DEFAULT_MAX_SEQS; 0: no bound */
+	/* stragglers asked again over more seqs (commands.c): the first span's seqs and steps */
+	long long widened_from, widened_steps;
 	double threshold; /* < 0: the file's default */
 	double min_effect; /* stragglers, percent; < 0: the file's default */
 	double effect_steps; /* stragglers, steps (0: a fixed bar); < 0: the file's default */

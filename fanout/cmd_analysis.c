@@ -154,7 +154,8 @@ static int load_plan(struct run *r, const char *all, int with_why)
 	};
 	r->mp[r->nmp++] = (struct an_param){
 		all,
-		q->all || r->bars || r->near ? (struct wire_value){ .type = WIRE_INT, .i = 1 }
+		q->all || r->bars || r->near || r->widen_ok
+			? (struct wire_value){ .type = WIRE_INT, .i = 1 }
 				  : (struct wire_value){ .type = WIRE_NULL },
 		NULL,
 	};
@@ -199,6 +200,8 @@ int prepare_stragglers(struct run *r)
 		  (q->bars == BARS_ALWAYS || (q->bars == BARS_AUTO && isatty(STDOUT_FILENO)));
 	/* ... and so does the line under a clean verdict (which rank came closest) */
 	r->near = r->format == FMT_REPORT && !q->watch_ns && !q->all;
+	/* ... and the check that the default span was long enough, in every format */
+	r->widen_ok = !q->watch_ns && q->max_seqs < 0;
 	return load_plan(r, ":all_ranks", 1);
 }
 
@@ -237,6 +240,29 @@ int run_timeline(struct run *r)
 	return run_finish(r, ret);
 }
 
+/*
+ * stragglers on the default --max-seqs, its merge done: whether a longer span could name a
+ * rank the cut one did not (r->widen_to, r->widen_steps; cmd_run() asks again). Only over
+ * every node's full answer, where some rank had the whole cut's collectives.
+ */
+static int want_wider(struct run *r)
+{
+	struct an_seen seen = { 0 };
+	struct query_opts *q = r->q;
+	size_t answered = coverage_count(r->cov, FQ_OK);
+
+	if (!answered || answered != coverage_total(r->cov) || coverage_limited(r->cov) ||
+	    an_seen(merge_db(r->m), 0, &seen) || !seen.counted || seen.colls < DEFAULT_MAX_SEQS) {
+		an_seen_release(&seen);
+		return 0;
+	}
+	an_seen_release(&seen);
+	r->widen_to = an_widen(merge_db(r->m), DEFAULT_MAX_SEQS,
+			       q->effect_steps >= 0 ? q->effect_steps : 100,
+			       (long long)WIDEN_MAX_FACTOR * DEFAULT_MAX_SEQS, &r->widen_steps);
+	return r->widen_to > 0;
+}
+
 /* stragglers and netcheck: the merge's analysis, its report or rows, --watch's changes. */
 static int run_analysis(struct run *r, int net)
 {
@@ -256,12 +282,17 @@ static int run_analysis(struct run *r, int net)
 					  r->cause ? r->cause : strerror(-err));
 			goto done;
 		}
+		/* a clean verdict the default --max-seqs cut short: asked again, wider */
+		if (r->widen_ok && !fq_interrupted && want_wider(r)) {
+			ret = 0;
+			goto done_quiet;
+		}
 		if (r->near)
 			r->near_text = an_near(merge_db(m), &r->near_grown);
 		if (r->bars)
 			r->bar_text = bars_take(merge_db(m), q->threshold > 0 ? q->threshold : 3.5,
 						q->all);
-		else if (r->near)
+		else if ((r->near || r->widen_ok) && !q->all)
 			sqlite3_exec(merge_db(m), "DELETE FROM temp.fq_analysis WHERE verdict = 'ok'",
 				     NULL, NULL, NULL);
 		/* Why: the verdict stands without it, so a failure is only said. */
@@ -308,6 +339,15 @@ static int run_analysis(struct run *r, int net)
 		ret = usage_error("cannot read the analysis: %s", sqlite3_errmsg(merge_db(m)));
 		goto done;
 	}
+	/* a span widened past the default --max-seqs says so, with the verdict it gave */
+	if (q->widened_from && answered && r->format == FMT_REPORT)
+		printf("  (the newest %lld collectives of a communicator spanned %lld steps, under "
+		       "--effect-steps: judged its newest %lld)\n",
+		       q->widened_from, q->widened_steps, q->max_seqs);
+	else if (q->widened_from && answered && !q->quiet)
+		fprintf(stderr, "fleetq: stragglers: the newest %lld collectives of a communicator "
+				"spanned %lld steps, under --effect-steps: judged its newest %lld\n",
+			q->widened_from, q->widened_steps, q->max_seqs);
 	/* a clean verdict's margin: a finding, or no verdict, says more than it */
 	if (r->near_text && answered && !r->short_of && !r->fd.hung && !r->fd.stragglers &&
 	    !cov_short) {
@@ -343,6 +383,8 @@ static int run_analysis(struct run *r, int net)
 				    r->plan.merge_origin, r->cov_json, q);
 done:
 	return run_finish(r, ret);
+done_quiet:
+	return ret;
 }
 
 int run_stragglers(struct run *r)

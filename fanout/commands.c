@@ -561,6 +561,22 @@ int cmd_run(const struct cmd *c, struct query_opts *q)
 	ret = run_setup(&r);
 	if (ret < 0)
 		ret = c->run(&r);
+	/* stragglers over a default span cut short: once more over the seqs it asked for */
+	if (r.widen_to > 0 && !fq_interrupted) {
+		long long to = r.widen_to, steps = r.widen_steps;
+
+		run_release(&r);
+		r = (struct run){ .c = c, .q = q };
+		config_init(&r.conf);
+		q->max_seqs = to;
+		q->widened_from = DEFAULT_MAX_SEQS;
+		q->widened_steps = steps;
+		ret = run_setup(&r);
+		if (ret < 0)
+			ret = c->run(&r);
+		q->max_seqs = -1;
+		q->widened_from = q->widened_steps = 0;
+	}
 	if (fq_interrupted && ret != FQ_EXIT_USAGE && q->watch) {
 		ret = EXIT_INTERRUPTED;
 	} else if (fq_interrupted && ret != FQ_EXIT_USAGE) {

@@ -56,6 +56,10 @@ struct run {
 	FILE *tl;
 	char *bar_text, *near_text;
 	int near_grown; /* near_text's rank fell under a bar grown for a short span */
+	/* stragglers on the default --max-seqs: a clean verdict whose closest rank fell under a
+	 * bar grown because the span was cut short is asked again over widen_to seqs (cmd_run) */
+	int widen_ok;
+	long long widen_to, widen_steps;
 };
 
 /*

@@ -168,6 +168,39 @@ head -n 1 "$T/out" | grep -q "^straggler: rank 6 on 127.0.0.1:$(cat "$T/link1.po
 grep -qx "  likely cause: none of its own; rank 9's sockets (127.0.0.1:$(cat "$T/link2.port")) retransmitted 40 TCP segments vs 0 median (flow 10.0.0.10:40000>10.0.0.11:29500): a lossy link delays the ranks its data reaches (network; fleetq netcheck)" \
 	"$T/out" || fail "lossy link: want rank 9's link as the cause: $(cat "$T/out")"
 
+# 5c. 24 all-reduces a step (an FSDP-sized step), rank 6 slower by 4 % of a step: the newest
+# 1000 collectives are 42 steps, where the bar grows to 4.6 %; on the default --max-seqs
+# fleetq asks again over the 2700 newest (112 steps, the bar 3 %) and names rank 6, and says
+# so; with --max-seqs 1000 given, the verdict is clean and the closest line says why
+HOSTS=
+for k in 0 1 2 3; do
+	"$TRACEGEN" --out "$T/fsdp-n$k.db" --node "node$k" --ranks 4 --rank-base $((4 * k)) \
+		--nranks 16 --steps 120 --colls-per-step 24 --start-ns $START --seed 7 \
+		--slow-rank 6 --slow-pct 4 >"$T/gen.log" 2>&1 || fail "fq-tracegen fsdp node$k"
+	start_agent "fsdp$k" "$T/fsdp-n$k.db" ca
+	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
+done
+fq -w "$HOSTS" stragglers --since 2m
+expect_rc 1 "slow rank, 24 collectives a step"
+head -n 1 "$T/out" | grep -q "^straggler: rank 6 on 127.0.0.1:$(cat "$T/fsdp1.port") " ||
+	fail "24 a step: want rank 6 first: $(cat "$T/out")"
+grep -qx "  (the newest 1000 collectives of a communicator spanned 42 steps, under --effect-steps: judged its newest 2700)" \
+	"$T/out" || fail "24 a step: no line for the wider span: $(cat "$T/out")"
+expect_err "newest 2700 seqs"
+# machine formats: the same verdict, the note on stderr, no clean rank's row
+fq -w "$HOSTS" stragglers --since 2m --format csv
+expect_rc 1 "slow rank, 24 collectives a step, csv"
+[ "$(tail -n +2 "$T/out" | wc -l)" = 1 ] && tail -n 1 "$T/out" | grep -q ",6,[0-9]*,16,16,straggler," ||
+	fail "24 a step, csv: want rank 6's row alone: $(cat "$T/out")"
+expect_err "fleetq: stragglers: the newest 1000 collectives of a communicator spanned 42 steps, under --effect-steps: judged its newest 2700"
+fq -w "$HOSTS" stragglers --since 2m --max-seqs 1000
+expect_rc 0 "slow rank, 24 collectives a step, --max-seqs 1000"
+grep -q "^  closest: rank 6 on 127.0.0.1:$(cat "$T/fsdp1.port"): .*, under the bar of 4\.[0-9]%$" "$T/out" ||
+	fail "24 a step, --max-seqs 1000: want rank 6 closest: $(cat "$T/out")"
+grep -q "^  (the span was each communicator's newest 1000 collectives, .* --max-seqs 4000 judges more of the window)$" \
+	"$T/out" || fail "24 a step, --max-seqs 1000: no hint: $(cat "$T/out")"
+! grep -q "judged its newest" "$T/out" || fail "widened though --max-seqs was given: $(cat "$T/out")"
+
 # 6. hung rank 9 (node2) at seq 120: exit 5, "stopped at seq 120"
 job hang --seed 3 --hang-rank 9 --hang-at 120
 fq -w "$HOSTS" stragglers --since 2m

@@ -42,7 +42,7 @@ struct opts {
 	const char *node;
 	const char *job_id;
 	char comm_hash[17];
-	int ranks, rank_base, nranks, launches, wal;
+	int ranks, rank_base, nranks, launches, wal, colls;
 	int64_t steps, hang_at, start_ns, step_ns, end_s;
 	int slow_rank, hang_rank;
 	double slow_pct;
@@ -64,7 +64,8 @@ static const char usage[] =
 	"usage: fq-tracegen --out FILE --node NAME --ranks R --steps S [--rank-base B]\n"
 	"                   [--nranks N] [--comm-hash HEX16] [--slow-rank R --slow-pct P]\n"
 	"                   [--hang-rank R --hang-at SEQ] [--seed N] [--end SEC | --start-ns T]\n"
-	"                   [--step-ns NS] [--launches K] [--job-id ID] [--wal]\n"
+	"                   [--step-ns NS] [--launches K] [--colls-per-step K] [--job-id ID]\n"
+	"                   [--wal]\n"
 	"Writes ranks B..B+R-1 of an N-rank job (default N = B + R) running S steps.\n"
 	"Generate every node with the same job arguments and its own --node/--rank-base.\n"
 	"  --end SEC                   the job ends at about SEC, in seconds since the epoch\n"
@@ -73,7 +74,10 @@ static const char usage[] =
 	"  --slow-rank R --slow-pct P  rank R spends P%% of a step longer on-CPU per step\n"
 	"  --hang-rank R --hang-at SEQ rank R never enqueues collective SEQ; its peers do\n"
 	"                              and wait in cudaStreamSynchronize until the end\n"
-	"  --launches K                cuLaunchKernel rows per rank per step (default 2)\n"
+	"  --launches K                cuLaunchKernel rows per rank per collective (default 2)\n"
+	"  --colls-per-step K          K all-reduces a step, each of its own size, as DDP's\n"
+	"                              buckets (default 1): the first after half the step,\n"
+	"                              the others in the rest; --slow-pct once a step\n"
 	"  --kernels                   nccl_kernels rows (fleetq's NCCL profiler plugin)\n"
 	"  --gpu-slow-rank R --gpu-slow-pct P  rank R's GPU takes P%% of a step longer\n"
 	"  --busy-frac F               gpu_busy rows (fleetq's CUDA injection library): each\n"
@@ -121,7 +125,7 @@ static int64_t parse_i64(const char *name, const char *s, int64_t min)
 static int64_t default_start(const struct opts *o)
 {
 	int64_t end = o->end_s >= 0 ? o->end_s : (int64_t)time(NULL);
-	double step = o->step_ns * (1 + o->slow_pct / 100.0) + ENQ_NS + 10000;
+	double step = o->step_ns * (1 + o->slow_pct / 100.0) + o->colls * (ENQ_NS + 10000);
 
 	return end * 1000000000ll - (int64_t)(step * (double)o->steps);
 }
@@ -138,6 +142,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		{ "job-id", 1, 0, 'j' },    { "wal", 0, 0, 'w' },	{ "help", 0, 0, 'h' },
 		{ "kernels", 0, 0, 'K' },   { "gpu-slow-rank", 1, 0, 'G' },
 		{ "gpu-slow-pct", 1, 0, 'g' }, { "busy-frac", 1, 0, 'B' },
+		{ "colls-per-step", 1, 0, 'C' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *hash = NULL;
@@ -153,6 +158,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	o->end_s = -1;
 	o->step_ns = 50000000;
 	o->launches = 2;
+	o->colls = 1;
 	o->job_id = "4242";
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
@@ -179,6 +185,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'T': o->step_ns = parse_i64("step-ns", optarg, 1000000); break;
 		case 'E': o->end_s = parse_i64("end", optarg, 0); break;
 		case 'L': o->launches = (int)parse_i64("launches", optarg, 0); break;
+		case 'C': o->colls = (int)parse_i64("colls-per-step", optarg, 1); break;
 		case 'j': o->job_id = optarg; break;
 		case 'w': o->wal = 1; break;
 		case 'K': o->kernels = 1; break;
@@ -223,9 +230,9 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->nranks);
 		exit(2);
 	}
-	if ((o->hang_rank >= 0) != (o->hang_at >= 0) || o->hang_at >= o->steps) {
+	if ((o->hang_rank >= 0) != (o->hang_at >= 0) || o->hang_at >= o->steps * o->colls) {
 		fprintf(stderr, "fq-tracegen: give --hang-rank and --hang-at together, with "
-			"--hang-at below --steps\n");
+			"--hang-at below --steps times --colls-per-step\n");
 		exit(2);
 	}
 	if (o->start_ns >= 0 && o->end_s >= 0) {
@@ -426,7 +433,7 @@ static int simulate(struct gen *g)
 {
 	const struct opts *o = g->o;
 	struct rankstate *r = calloc(o->nranks, sizeof(*r));
-	int64_t last = o->hang_at >= 0 ? o->hang_at : o->steps - 1;
+	int64_t nseq = o->steps * o->colls, last = o->hang_at >= 0 ? o->hang_at : nseq - 1;
 	int ret = 0;
 
 	if (!r)
@@ -434,13 +441,18 @@ static int simulate(struct gen *g)
 	for (int i = 0; i < o->nranks; i++)
 		r[i].start = o->start_ns + (int64_t)(noise(o, i, -2, 0) * 20000);
 	for (int64_t seq = 0; seq <= last && !ret; seq++) {
-		int hang = seq == o->hang_at;
+		int hang = seq == o->hang_at, j = (int)(seq % o->colls);
 		int64_t done = 0, trace_end, gpu_end = 0;
+		/* this collective's share of the step: with --colls-per-step K, the first of a
+		 * step (after the forward) half of it, the other K - 1 (the buckets) the rest */
+		double sn = o->colls == 1 ? (double)o->step_ns
+			    : (double)o->step_ns * (j ? 0.5 / (o->colls - 1) : 0.5);
 
 		for (int i = 0; i < o->nranks; i++) {
-			double busy = BUSY_FRAC * o->step_ns * (0.98 + 0.04 * noise(o, i, seq, N_BUSY));
+			double busy = BUSY_FRAC * sn * (0.98 + 0.04 * noise(o, i, seq, N_BUSY));
 
-			if (i == o->slow_rank)
+			/* (P % of the whole step, once a step) */
+			if (i == o->slow_rank && !j)
 				busy += o->slow_pct / 100.0 * o->step_ns;
 			r[i].busy_wall = (int64_t)busy;
 			r[i].ts = r[i].start + r[i].busy_wall;
@@ -453,7 +465,7 @@ static int simulate(struct gen *g)
 				done = r[i].ts + r[i].enq;
 		}
 		/* the all-reduce runs once the last rank has enqueued; a hang never completes */
-		done += (int64_t)(COLL_FRAC * o->step_ns);
+		done += (int64_t)(COLL_FRAC * sn);
 		/* GPU side: each kernel starts a lag after its enqueue (a slow GPU's later) and
 		 * ends when the last one started, plus the transfer; a slow GPU delays everyone's
 		 * completion, so every sync returns later by the same amount */
@@ -462,22 +474,21 @@ static int simulate(struct gen *g)
 
 			for (int i = 0; i < o->nranks; i++) {
 				r[i].gpu_arr = r[i].ts + r[i].enq +
-					       (int64_t)(GPU_LAG_FRAC * (double)o->step_ns) +
+					       (int64_t)(GPU_LAG_FRAC * sn) +
 					       (int64_t)(noise(o, i, seq, N_GPU) * 20000);
 				if (hang && i == o->hang_rank)
 					continue;
 				if (r[i].gpu_arr > last_clean)
 					last_clean = r[i].gpu_arr;
 				if (i == o->gpu_slow_rank)
-					r[i].gpu_arr += (int64_t)(o->gpu_slow_pct / 100.0 *
-								  (double)o->step_ns);
+					r[i].gpu_arr += (int64_t)(o->gpu_slow_pct / 100.0 * sn);
 				if (r[i].gpu_arr > last_arr)
 					last_arr = r[i].gpu_arr;
 			}
-			gpu_end = last_arr + (int64_t)(XFER_FRAC * (double)o->step_ns);
+			gpu_end = last_arr + (int64_t)(XFER_FRAC * sn);
 			done += last_arr - last_clean;
 		}
-		trace_end = r[0].start + (o->steps - seq > 10 ? o->steps - seq : 10) * o->step_ns;
+		trace_end = r[0].start + (nseq - seq > 10 ? nseq - seq : 10) * o->step_ns / o->colls;
 		for (int l = 0; l < o->ranks && !ret; l++) {
 			int rank = o->rank_base + l;
 			struct rankstate *s = &r[rank];
@@ -517,8 +528,9 @@ static int simulate(struct gen *g)
 			sqlite3_bind_int(st, 8, o->nranks);
 			sqlite3_bind_int64(st, 9, seq);
 			sqlite3_bind_text(st, 10, "AllReduce", -1, SQLITE_STATIC);
-			sqlite3_bind_int64(st, 11, 25165824);
-			sqlite3_bind_int64(st, 12, 25165824ll * 4);
+			/* (the buckets of a step: each its own size, so the step shows) */
+			sqlite3_bind_int64(st, 11, o->colls == 1 ? 25165824 : 1048576ll * (j + 1));
+			sqlite3_bind_int64(st, 12, (o->colls == 1 ? 25165824 : 1048576ll * (j + 1)) * 4);
 			sqlite3_bind_text(st, 13, "float32", -1, SQLITE_STATIC);
 			sqlite3_bind_text(st, 14, "sum", -1, SQLITE_STATIC);
 			sqlite3_bind_int64(st, 15, stream);
@@ -550,8 +562,7 @@ static int simulate(struct gen *g)
 					double f = o->busy_frac + (rank == o->gpu_slow_rank ?
 								   o->gpu_slow_pct / 100.0 : 0);
 
-					ret = add_busy(g, l, s, s->gpu_arr - (int64_t)(f *
-								(double)o->step_ns),
+					ret = add_busy(g, l, s, s->gpu_arr - (int64_t)(f * sn),
 						       s->gpu_arr);
 				}
 			}
@@ -568,7 +579,7 @@ static int simulate(struct gen *g)
 			s->prev_ret = s->ts + s->enq;
 			s->prev_ts = s->ts;
 			s->prev_wait = end - s->sync_start;
-			s->start = end + (int64_t)(POST_FRAC * o->step_ns *
+			s->start = end + (int64_t)(POST_FRAC * sn *
 						   (0.98 + 0.04 * noise(o, i, seq, N_POST)));
 		}
 	}

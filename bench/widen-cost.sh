@@ -1,0 +1,83 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# What `fleetq stragglers` asking again over a longer span costs its analysis. A job of 24
+# all-reduces a step (fq-tracegen --colls-per-step 24: an FSDP-sized step), 120 steps, NODES
+# node files of 8 ranks each, rank 517 slower by 4 % of a step: on the default --max-seqs
+# (1000 collectives: 42 steps, where the bar grows to 4.7 %) the verdict is clean with rank
+# 517 closest, and fleetq asks again over the newest 2700 (112 steps), where it is named.
+# The node and merge files of sql/analysis run by an-run, as fleetq runs them (each node's
+# query on its own file, the merge over every node's rows): the default span alone is the
+# baseline, measured in the same run; the widened verdict costs both queries. Median wall
+# time of FQ_BENCH_REPS runs (default 5) each, alternating, and the peak RSS (GNU time,
+# where installed). The bench checks that the first span leaves rank 517 under a grown bar
+# and the second names it, so that it times the case the second query is for.
+#   bench/widen-cost.sh [BUILD_DIR] [NODES]     (default: 64 nodes)
+. "$(dirname "$0")/lib.sh"
+nodes=${2:-64}
+AN=$B/tests/analysis/an-run
+need "$AN" "$TRACEGEN"
+sql=$SRC/sql/analysis
+ranks=$((nodes * 8))
+start=1700000000000000000
+[ "$ranks" -gt 517 ] || die "NODES must be 65 or more (rank 517 is the slow one)"
+
+d=$CACHE/widen-$nodes
+if [ ! -f "$d/done" ]; then
+	rm -rf "$d"
+	mkdir -p "$d"
+	i=0
+	while [ $i -lt "$nodes" ]; do
+		"$TRACEGEN" --out "$d/n$i.db" --node "node$i" --ranks 8 --rank-base $((i * 8)) \
+			--nranks $ranks --steps 120 --colls-per-step 24 --start-ns $start --seed 7 \
+			--slow-rank 517 --slow-pct 4 >/dev/null 2>"$T/gen.err" ||
+			die "fq-tracegen node$i: $(cat "$T/gen.err")"
+		i=$((i + 1))
+	done
+	touch "$d/done"
+fi
+files=$(i=0; while [ $i -lt "$nodes" ]; do printf '%s/n%d.db ' "$d" $i; i=$((i + 1)); done)
+
+# an SEQS: one analysis run over the node files at :max_seqs = SEQS, every rank's row
+an() {
+	# shellcheck disable=SC2086
+	"$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" -p since_ns=1 \
+		-p max_seqs="$1" -m all_ranks=1 $files
+}
+peak() {
+	[ -x /usr/bin/time ] || { echo -; return; }
+	# shellcheck disable=SC2086
+	/usr/bin/time -f %M "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" \
+		-p since_ns=1 -p max_seqs="$1" -m all_ranks=1 $files 2>&1 >/dev/null | tail -n 1
+}
+# both: the default span, then the wider one (what fleetq runs when it asks again)
+both() { an 1000 >/dev/null && an 2700 >/dev/null; }
+
+an 1000 >"$T/a.tsv" 2>"$T/a.err" || die "an-run: $(tail -n 2 "$T/a.err")"
+awk -F '\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+	$c["verdict"] != "ok" { bad = 1 }
+	$c["rank"] == 517 { ok = $c["near_pct"] != "NULL" && $c["bar_steps"] != "NULL" &&
+			       $c["near_pct"] + 0 < $c["bar_pct"] + 0 }
+	END { exit bad || !ok }' "$T/a.tsv" ||
+	die "at 1000 seqs, rank 517 is not the clean verdict's rank under a grown bar: $(head -n 3 "$T/a.tsv")"
+an 2700 >"$T/b.tsv" 2>"$T/b.err" || die "an-run: $(tail -n 2 "$T/b.err")"
+awk -F '\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+	NR == 2 { ok = $c["rank"] == 517 && $c["verdict"] == "straggler" } END { exit !ok }' \
+	"$T/b.tsv" || die "at 2700 seqs, rank 517 is not named: $(head -n 3 "$T/b.tsv")"
+
+t1= t2=
+i=0
+while [ $i -lt "$REPS" ]; do
+	t1="$t1 $(timeit an 1000)"
+	t2="$t2 $(timeit both)"
+	i=$((i + 1))
+done
+m1=$(peak 1000)
+m2=$(peak 2700)
+a=$(median $t1)
+w=$(median $t2)
+echo "widen-cost: $ranks ranks on $nodes node files, 24 collectives a step, 120 steps, median of $REPS runs"
+echo "  default span (1000 seqs), the baseline: $(fmt "$a" 3) s (runs:$t1), peak RSS $m1 KiB"
+echo "  asked again (1000, then 2700 seqs):     $(fmt "$w" 3) s (runs:$t2), peak RSS $m2 KiB (2700)"
+echo "  ratio (time): $(fmt "$(calc "$w / $a")" 3)"
+result widen_s "$(fmt "$w" 3)" s "$(fmt "$a" 3)" - -
+[ "$m2" = - ] || result widen_rss_kib "$m2" KiB "$m1" - -
