@@ -8,7 +8,8 @@
 # bar by sqrt(p) and let each "step" of the kernels' largest wait span p steps. Checked over
 # 8 seeds of such gaps (the rule before round 14 took the step right for 3 of them: 2 to 22
 # times too long), and one DDP-like job (8 buckets a step: a long gap before the first) keeps
-# its period of 8.
+# its period of 8, and one FSDP-like job (all-gathers, then all-gathers and reduce-scatters)
+# whose gaps are unalike from step to step keeps the period of its ops, 12.
 # usage: period.py AN_RUN SQL_DIR SCHEMA_SQL WORKDIR
 import csv
 import io
@@ -25,8 +26,9 @@ COMM = "00000000000000ab"
 RANKS = 4
 
 
-def job(name, gaps):
-    """4 one-rank nodes entering collective i at T0 + sum(gaps[:i]) (+ a few us each)."""
+def job(name, gaps, ops=None):
+    """4 one-rank nodes entering collective i (op ops[i], AllReduce by default) at
+    T0 + sum(gaps[:i]) (+ a few us each)."""
     paths = []
     for k in range(RANKS):
         path = os.path.join(work, "%s.%d.db" % (name, k))
@@ -43,7 +45,8 @@ def job(name, gaps):
                        "nranks, seq, op, count, sync_ns, gap_ns, cpu_ns) "
                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                        (t + 1000 * k + (i * 7 + k * 3) % 5 * 1000, 200_000, pid, pid, COMM,
-                        k, RANKS, i, "AllReduce", 1 << 20, 1_000_000, g, g // 2))
+                        k, RANKS, i, ops[i] if ops else "AllReduce", 1 << 20, 1_000_000, g,
+                        g // 2))
             t += g
         db.commit()
         db.close()
@@ -78,5 +81,18 @@ want = sum(gaps[:-1]) / (len(gaps) - 1) * 8 / 1e6
 got = step_ms(job("buckets", gaps))
 ok = abs(got - want) <= 0.1 * want
 print("%s 8 buckets a step: step %.1f ms, want %.1f ms" % ("ok  " if ok else "FAIL", got, want))
+fails += not ok
+# FSDP's step, 12 collectives: 4 layers' all-gathers forward, then each layer's all-gather
+# and reduce-scatter backward; a CPU that runs ahead of its GPU enqueues them as its launch
+# queue lets it, so no two steps' gaps are alike (lognormal, sigma 0.8): the ops alone give
+# the period
+ops = (["AllGather"] * 4 + ["AllGather", "ReduceScatter"] * 4) * 20
+rnd = random.Random(2)
+gaps = [int(2e6 * rnd.lognormvariate(0, 0.8)) for _ in ops]
+want = sum(gaps[:-1]) / (len(gaps) - 1) * 12 / 1e6
+got = step_ms(job("fsdp", gaps, ops))
+ok = abs(got - want) <= 0.1 * want
+print("%s FSDP, 12 a step, gaps unalike: step %.1f ms, want %.1f ms" % ("ok  " if ok else "FAIL",
+                                                                       got, want))
 fails += not ok
 sys.exit(1 if fails else 0)
