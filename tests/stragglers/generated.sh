@@ -11,18 +11,28 @@ NOW_S=$(date +%s)
 STEPS=200
 START=$(((NOW_S - 15) * 1000000000))
 
-# job TAG ARGS...: writes $T/TAG-n{0..3}.db and serves them; sets HOSTS
-job() {
+# gen TAG ARGS...: writes $T/TAG-n{0..3}.db (ARGS after the defaults: the last wins)
+gen() {
 	tag=$1
 	shift
-	HOSTS=
 	for k in 0 1 2 3; do
 		"$TRACEGEN" --out "$T/$tag-n$k.db" --node "node$k" --ranks 4 --rank-base $((4 * k)) \
 			--nranks 16 --steps $STEPS --start-ns $START "$@" >"$T/gen.log" 2>&1 ||
 			fail "fq-tracegen $tag node$k"
-		start_agent "$tag$k" "$T/$tag-n$k.db" ca
+	done
+}
+# serve TAG: an agent for each of them; sets HOSTS
+serve() {
+	HOSTS=
+	for k in 0 1 2 3; do
+		start_agent "$1$k" "$T/$1-n$k.db" ca
 		HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
 	done
+}
+# job TAG ARGS...: both
+job() {
+	gen "$@"
+	serve "$1"
 }
 
 # 1. clean: exit 0, "no straggler", all 16 ranks seen
@@ -147,20 +157,12 @@ expect_rc 0 "slow rank under a bar of 90 %, tsv"
 # 5b. the same slow rank 6, and rank 9's sockets (node2) retransmitting 40 segments over the
 # job, 90 % of them on one flow: rank 6, with nothing of its own, gets rank 9's link as its
 # likely cause (a lossy link delays the ranks its data reaches); rank 9's node counts them too
-HOSTS=
-for k in 0 1 2 3; do
-	"$TRACEGEN" --out "$T/link-n$k.db" --node "node$k" --ranks 4 --rank-base $((4 * k)) \
-		--nranks 16 --steps $STEPS --start-ns $START --seed 6 --slow-rank 6 --slow-pct 20 \
-		>"$T/gen.log" 2>&1 || fail "fq-tracegen link node$k"
-done
+gen link --seed 6 --slow-rank 6 --slow-pct 20
 sqlite3 "$T/link-n2.db" "WITH RECURSIVE i(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM i WHERE x < 39)
 	INSERT INTO tcp_retransmits SELECT $START + 1000000000 + x * 50000000,
 	(SELECT pid FROM processes WHERE rank = 9), '10.0.0.10', 40000 + (x % 10 = 9),
 	'10.0.0.11', 29500, 'ESTABLISHED' FROM i" || fail "cannot add rank 9's retransmits"
-for k in 0 1 2 3; do
-	start_agent "link$k" "$T/link-n$k.db" ca
-	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
-done
+serve link
 fq -w "$HOSTS" stragglers --since 2m
 expect_rc 1 "slow rank, a peer's lossy link"
 head -n 1 "$T/out" | grep -q "^straggler: rank 6 on 127.0.0.1:$(cat "$T/link1.port") " ||
@@ -169,17 +171,10 @@ grep -qx "  likely cause: none of its own; rank 9's sockets (127.0.0.1:$(cat "$T
 	"$T/out" || fail "lossy link: want rank 9's link as the cause: $(cat "$T/out")"
 
 # 5c. 24 all-reduces a step (an FSDP-sized step), rank 6 slower by 4 % of a step: the newest
-# 1000 collectives are 42 steps, where the bar grows to 4.6 %; on the default --max-seqs
+# 1000 collectives are 42 steps, where the bar grows to 4.7 %; on the default --max-seqs
 # fleetq asks again over the 2700 newest (112 steps, the bar 3 %) and names rank 6, and says
 # so; with --max-seqs 1000 given, the verdict is clean and the closest line says why
-HOSTS=
-for k in 0 1 2 3; do
-	"$TRACEGEN" --out "$T/fsdp-n$k.db" --node "node$k" --ranks 4 --rank-base $((4 * k)) \
-		--nranks 16 --steps 120 --colls-per-step 24 --start-ns $START --seed 7 \
-		--slow-rank 6 --slow-pct 4 >"$T/gen.log" 2>&1 || fail "fq-tracegen fsdp node$k"
-	start_agent "fsdp$k" "$T/fsdp-n$k.db" ca
-	HOSTS="$HOSTS${HOSTS:+,}127.0.0.1:$PORT"
-done
+job fsdp --steps 120 --colls-per-step 24 --seed 7 --slow-rank 6 --slow-pct 4
 fq -w "$HOSTS" stragglers --since 2m
 expect_rc 1 "slow rank, 24 collectives a step"
 head -n 1 "$T/out" | grep -q "^straggler: rank 6 on 127.0.0.1:$(cat "$T/fsdp1.port") " ||

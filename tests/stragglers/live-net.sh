@@ -136,7 +136,7 @@ grep -q ", flow 10.200.0.$((BAD + 1)):[0-9]*>10.200.0.[0-9]*:[0-9]*$" "$T/out" |
 # link as its likely cause, never one without it
 fq -w "$HOSTS" stragglers --since 5m --job lossy-$$ ${NET_STRAGGLERS_ARGS:-}
 if [ "$RC" != 0 ] && ! head -n 1 "$T/out" | grep -q "^straggler: rank $BAD "; then
-	grep -q "^  likely cause: none of its own; rank $BAD's sockets (127.0.0.1:${PORT[$BAD]}) retransmitted [0-9,]* TCP segments vs 0 median (flow 10.200.0.$((BAD + 1)):[0-9]*>10.200.0.[0-9]*:[0-9]*): " "$T/out" ||
+	grep -q "^  likely cause: none of its own; rank $BAD's sockets (127.0.0.1:${PORT[$BAD]}) retransmitted [0-9,]* TCP segments vs [0-9,]* median (flow 10.200.0.$((BAD + 1)):[0-9]*>10.200.0.[0-9]*:[0-9]*): " "$T/out" ||
 		fail "stragglers blames another rank, not rank $BAD's link: $(cat "$T/out")"
 	echo "stragglers named $(head -n 1 "$T/out" | cut -d' ' -f2-3), its cause rank $BAD's link"
 fi
