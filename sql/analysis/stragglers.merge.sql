@@ -153,7 +153,7 @@ full AS MATERIALIZED (
 -- smallest period at which op and count alone repeat for 98 % of the span: FSDP's
 -- all-gathers and reduce-scatters, enqueued by a CPU that runs ahead of its GPU as its
 -- launch queue lets it, repeat at the step while their gaps do not (the stand-in's FSDP with
--- a sync every 20 steps: 1.1-1.6 ms a step read, 28.6-36.2 ms run)
+-- a sync every 20 steps: 1.1-1.7 ms a step read, 28.6-36.2 ms run)
 pk(p) AS (SELECT 1 UNION ALL SELECT p + 1 FROM pk WHERE p < 64),
 fg AS MATERIALIZED (
 	SELECT a.comm_hash, a.seq, a.op, a.cnt, b.t_first - a.t_first AS gap
