@@ -247,16 +247,20 @@ int run_timeline(struct run *r)
  */
 static int want_wider(struct run *r)
 {
-	struct an_seen seen = { 0 };
 	struct query_opts *q = r->q;
 	size_t answered = coverage_count(r->cov, FQ_OK);
 
-	if (!answered || answered != coverage_total(r->cov) || coverage_limited(r->cov) ||
-	    an_seen(merge_db(r->m), 0, &seen) || !seen.counted || seen.colls < DEFAULT_MAX_SEQS) {
-		an_seen_release(&seen);
+	if (!answered || answered != coverage_total(r->cov) || coverage_limited(r->cov))
+		return 0;
+	/* (what the rows cover is read once: run_analysis() keeps it for the report) */
+	r->seen_done = 1;
+	if (an_seen(merge_db(r->m), 0, &r->seen)) {
+		an_seen_release(&r->seen);
+		r->seen_done = 0;
 		return 0;
 	}
-	an_seen_release(&seen);
+	if (!r->seen.counted || r->seen.colls < DEFAULT_MAX_SEQS)
+		return 0;
 	r->widen_to = an_widen(merge_db(r->m), DEFAULT_MAX_SEQS,
 			       q->effect_steps >= 0 ? q->effect_steps : 100,
 			       (long long)WIDEN_MAX_FACTOR * DEFAULT_MAX_SEQS, &r->widen_steps);
@@ -310,7 +314,7 @@ static int run_analysis(struct run *r, int net)
 	err = 0;
 	/* what the rows cover first: the report's clean line is no verdict where they fall short */
 	if (merge_has_table(m) && answered) {
-		err = an_seen(merge_db(m), net, &r->seen);
+		err = r->seen_done ? 0 : an_seen(merge_db(m), net, &r->seen);
 		/* A verdict over the first N rows of a node is none. */
 		if (!err && coverage_limited(r->cov) &&
 		    asprintf(&r->short_of, "--max-rows %lld cut the rows of %zu node%s: "

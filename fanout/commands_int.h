@@ -59,6 +59,7 @@ struct run {
 	/* stragglers on the default --max-seqs: a clean verdict whose closest rank fell under a
 	 * bar grown because the span was cut short is asked again over widen_to seqs (cmd_run) */
 	int widen_ok;
+	int seen_done; /* seen was read (want_wider()) */
 	long long widen_to, widen_steps;
 };
 
