@@ -22,6 +22,8 @@
 #   each rank's threads ran, sampled beside fleetq (placement.py, OUT/SHAPE-placement.tsv.gz;
 #   placement_report.py reads it with the job's phases); with the launch probe in AGENTD_ARGS,
 #   launch_report.py reads each rank's launches from the traces (OUT/SHAPE-traces.tgz)
+#   One GPU: NPROC=4 TRAIN_ARGS=--share-gpu runs 4 ranks on it, each its own NCCL host over
+#   NCCL's sockets (real NCCL and PyTorch; the ranks' kernels share the GPU's time)
 set -u
 bin=$(cd "$1" && pwd) out=$2
 shift 2

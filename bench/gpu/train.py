@@ -88,6 +88,12 @@ ap.add_argument("--kernels-dir", default="",
                 "NCCL's to DIR/PHASE.rankR.json.gz: what the compute stream did, which no "
                 "collective shows (an experiment beside fleetq, not part of it)")
 ap.add_argument("--kernels-steps", type=int, default=20)
+ap.add_argument("--share-gpu", action="store_true",
+                help="more ranks than GPUs: rank LOCAL_RANK runs on GPU LOCAL_RANK mod the "
+                "GPUs seen, each rank its own NCCL host (NCCL_HOSTID, which NCCL's duplicate-GPU "
+                "check keys on), so NCCL moves the data over its socket transport on loopback; "
+                "for a machine of one GPU. The ranks' kernels share that GPU's time: a rank's "
+                "slower GPU is its own extra work, and every rank's step is slower")
 a = ap.parse_args()
 if a.kernels_dir:
     os.makedirs(a.kernels_dir, exist_ok=True)
@@ -138,6 +144,11 @@ if a.bind:
 torch.backends.cuda.matmul.allow_tf32 = True
 torch.backends.cudnn.allow_tf32 = True
 local = int(os.environ.get("LOCAL_RANK", "0"))
+if a.share_gpu:
+    os.environ["NCCL_HOSTID"] = "fq-share-gpu-%d" % local
+    os.environ.setdefault("NCCL_NET", "Socket")
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    local %= torch.cuda.device_count()
 torch.cuda.set_device(local)
 dist.init_process_group("nccl", device_id=torch.device("cuda", local))
 rank, world = dist.get_rank(), dist.get_world_size()
