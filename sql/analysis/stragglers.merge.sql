@@ -601,13 +601,14 @@ hang AS (
 	FROM lastr l JOIN lc USING (comm_hash) LEFT JOIN cs USING (comm_hash), prm
 ),
 -- who waits on whom across Send/Recv (a pipeline's stages). A Recv waits on the GPU for its
--- sender (a Send's data is buffered), so a rank whose Recv kernels took more of its span than
--- those of the ranks doing the same work took, waited on its peers: it is downstream of
+-- sender, a Send for its receiver once its data outgrows NCCL's buffers, so a rank whose
+-- Send/Recv kernels took more of its span than those of the ranks doing the same work took,
+-- waited on its peers: it is downstream of
 -- their delay, which reaches it through the Send/Recv and makes it late in its own
 -- communicators too (a stage's all-reduce). "The same work": its siblings, the ranks of a
 -- communicator it is in that holds none of its Send/Recv peers (a stage's data-parallel
 -- group); the schedule makes every stage wait its own amount (in GPipe a stage-0 rank waits
--- more than a stage-1 rank), siblings alike. Per process: its Recv share less the median
+-- more than a stage-1 rank), siblings alike. Per process: its Send/Recv share less the median
 -- of its largest such communicator (a pair: the other rank's share), then per link the
 -- peer's excess less its own (d). Where a process or a peer has no plugin rows or no
 -- sibling: the CPU side's whole shares, its wait on the GPU (synchronize calls and the calls
@@ -647,7 +648,7 @@ rc AS (
 	WHERE NOT EXISTS (SELECT 1 FROM plk l JOIN mem mc ON mc.node = l.pnode AND mc.pid = l.ppid
 			  WHERE l.node = a.node AND l.pid = a.pid AND mc.comm_hash = m.comm_hash)
 ),
--- per role communicator, its members' Recv shares: how many, the median, the sum
+-- per role communicator, its members' Send/Recv shares: how many, the median, the sum
 rcm AS (
 	SELECT mb.comm_hash, count(*) AS n, median(b.rshare) AS med, sum(b.rshare) AS tot
 	FROM (SELECT DISTINCT comm_hash FROM rc) r JOIN mem mb ON mb.comm_hash = r.comm_hash
@@ -768,12 +769,16 @@ v AS (
 						     AND p.d > prm.fl))) AS pair_ok,
 	       -- a rank that waited more than a peer of its Send/Recv (by more than :floor of
 	       -- the span) is named by no communicator: its lateness there is that peer's.
-	       -- Nor is one whose Recv kernels took :min_effect of the span more than its
+	       -- Nor is one whose Send/Recv kernels took :min_effect of the span more than its
 	       -- siblings' did: it waited on its Send/Recv peers, downstream of a delay, however
 	       -- much its peer waited in turn (every rank of a chain behind a slow stage waits
 	       -- about as long as the one before it: on the stand-in's 4-stage pipeline the last
-	       -- stage's rank, 21 % over its sibling, was named before the slow rank itself)
-	       coalesce(p.d >= -prm.fl, 1) AND coalesce(x.ex < prm.eff, 1) AS p2p_ok
+	       -- stage's rank, 21 % over its sibling, was named before the slow rank itself),
+	       -- unless every peer of its waited :min_effect more still: it holds them (4 ranks
+	       -- of real NCCL sharing one GPU, a stage-0 rank stalled 20 % of its step: its
+	       -- kernels 4.9 % over its sibling's, its stage-1 peer's 22.4 %)
+	       coalesce(p.d >= -prm.fl, 1)
+	       AND coalesce(x.ex < prm.eff OR p.d >= prm.eff, 1) AS p2p_ok
 	FROM ranks u
 	LEFT JOIN flags f ON f.comm_hash = u.comm_hash AND f.node IS u.node
 			  AND f.rank IS u.rank AND f.pid IS u.pid

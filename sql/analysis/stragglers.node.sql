@@ -29,11 +29,11 @@
 --             'p2p':  one per (comm_hash, rank, pid) with Send/Recv inside the window (from
 --                     :since_ns, or from the window's first collective), of the processes
 --                     of the 'rank' rows: n = its Send/Recv, ts_ns = the first one's enqueue,
---                     by_seq = [wait, span, recv_gpu, gpu_span]: ns the process waited on
+--                     by_seq = [wait, span, p2p_gpu, gpu_span]: ns the process waited on
 --                     the GPU over them (as below, summed), ns from its first to its last,
 --                     and from fleetq's NCCL plugin (NULL without its Send/Recv rows) the
---                     ns its Recv kernels took on the GPU (waiting for their senders) and
---                     its Send/Recv kernels' span on the GPU's clock; gap_list = JSON
+--                     ns its Send/Recv kernels took on the GPU (waiting for their peers) and
+--                     their span on the GPU's clock; gap_list = JSON
 --                     array of the peers it sent to or received from (ranks in comm_hash)
 --             'busy': one per (pid, device) of the processes of the 'rank' or 'kern' rows
 --                     that run no Send/Recv (a pipeline stage's GPU idles waiting on its
@@ -198,12 +198,15 @@ pw0 AS MATERIALIZED (
 				   WHERE j.pid = c.pid AND c.ts_ns BETWEEN j.lo AND j.hi))))
 	GROUP BY c.comm_hash, c.rank, c.pid
 ),
--- GPU side (fleetq's plugin, trace schema 5): per process and communicator, its Recv kernels'
--- time on the GPU (a Recv waits there for its sender; a Send's data is buffered) and the
--- span of its Send/Recv kernels on that GPU's clock, from the same start as pw0; one pass
--- over the window's kernels, however many processes
+-- GPU side (fleetq's plugin, trace schema 5): per process and communicator, its Send/Recv
+-- kernels' time on the GPU and their span on that GPU's clock, from the same start as pw0;
+-- one pass over the window's kernels, however many processes. A Recv waits there for its
+-- sender, and a Send for its receiver once its data outgrows NCCL's buffers (4 MiB a
+-- channel by default): a pipeline's activations do (4 ranks of real NCCL over sockets, a
+-- stage-1 rank's CPU busy 20 % of its step: its stage-0 peer's Sends took 4.64 s of 10.9
+-- against its sibling's 2.77, their Recvs 4.13 and 4.20)
 pk AS (
-	SELECT k.pid, k.comm_hash, sum(iif(k.op = 'Recv', k.gpu_dur_ns, 0)) AS rg,
+	SELECT k.pid, k.comm_hash, sum(k.gpu_dur_ns) AS rg,
 	       max(k.gpu_start_ns + k.gpu_dur_ns) - min(k.gpu_start_ns) AS gs
 	FROM p2p_from f CROSS JOIN nccl_kernels k
 	WHERE k.ts_ns >= f.t

@@ -270,6 +270,19 @@ CASES = {
     "k23-stall10": (1, 3.6),
     "k23-hog50": (1, 7.4),
     "g23-hog50": (1, 13.1),
+    # round 28: real NCCL 2.28.9 and PyTorch, 4 ranks sharing one H200 (train.py --share-gpu:
+    # each rank its own NCCL host, the data over NCCL's sockets on loopback), the pipeline
+    # (2 stages of 2 data-parallel ranks; 16 MB activations a micro-batch, past NCCL's
+    # buffers), whole phases as fleetq saw them live; losses against the run's two clean
+    # phases (7.16 steps/s). Rank 2 (stage 1) spinning 20 % of a step: live, rank 0 was
+    # named, its stage-0 pair's all-reduce waiting on it, while rank 0 itself waited on
+    # rank 2 in its Sends (4.64 s of the 10.9 against its sibling's 2.77; Recvs alike): a
+    # Send outgrowing the buffers waits for its receiver. Rank 1 (stage 0) sleeping 20 %:
+    # its own Send/Recv kernels took 4.9 % of the span more than its sibling's (the GPU is
+    # shared), its stage-1 peer's 22.4 %: it holds that peer, named. A clean phase
+    "sg28-pbusy20": (2, 10.6),
+    "sg28-pstall20": (1, 14.9),
+    "sg28-pclean2": (None, 0.0),
 }
 # agents that count different threads in cpu_ns (meta cpu_work: since round 25 NCCL's own
 # are left out; an older agent counted them, NCCL's spinning progress thread among them):
