@@ -19,45 +19,26 @@ AN=$B/tests/analysis/an-run
 need "$AN" "$TRACEGEN"
 sql=$SRC/sql/analysis
 ranks=$((nodes * 8))
-start=1700000000000000000
 
-# job DIR [ARGS]: the node files of one job (cached: they take a while on a small box)
+# job DIR [ARGS]: the node files of one job
 job() {
 	d=$CACHE/ancost-$nodes-$steps-$1
 	shift
-	if [ ! -f "$d/done" ]; then
-		rm -rf "$d"
-		mkdir -p "$d"
-		i=0
-		while [ $i -lt "$nodes" ]; do
-			"$TRACEGEN" --out "$d/n$i.db" --node "node$i" --ranks 8 --rank-base $((i * 8)) \
-				--nranks $ranks --steps "$steps" --start-ns $start --seed 3 \
-				--gpu-slow-rank 517 --gpu-slow-pct 10 "$@" >/dev/null 2>"$T/gen.err" ||
-				die "fq-tracegen node$i"
-			i=$((i + 1))
-		done
-		touch "$d/done"
-	fi
+	gen_nodes "$d" "$nodes" "$steps" 3 --gpu-slow-rank 517 --gpu-slow-pct 10 "$@"
 	echo "$d"
 }
 [ "$ranks" -gt 517 ] || die "NODES must be 65 or more (rank 517 is the slow one)"
 kern=$(job kernels --kernels)
 base=$(job cpu)
 busy=$(job busy --kernels --busy-frac 0.8)
-files() { i=0; while [ $i -lt "$nodes" ]; do printf '%s/n%d.db ' "$1" $i; i=$((i + 1)); done; }
-kf=$(files "$kern")
-bf=$(files "$base")
-uf=$(files "$busy")
+kf=$(node_files "$kern" "$nodes")
+bf=$(node_files "$base" "$nodes")
+uf=$(node_files "$busy" "$nodes")
 
 # an FILE...: one analysis run over those node files, as fleetq runs it (a function
 # timeit can run; `time` needs the program itself, so it gets the same line through "$@")
 an() { "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" -p since_ns=1 "$@"; }
-# peak FILE...: one run's peak RSS in KiB (GNU time), or - where it is not installed
-peak() {
-	[ -x /usr/bin/time ] || { echo -; return; }
-	/usr/bin/time -f %M "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" \
-		-p since_ns=1 "$@" 2>&1 >/dev/null | tail -n 1
-}
+peak() { an_peak "$@"; }
 # shellcheck disable=SC2086
 an $kf >"$T/an.tsv" 2>"$T/an.err" || die "an-run: $(tail -n 2 "$T/an.err")"
 awk -F '\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }

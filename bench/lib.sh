@@ -63,6 +63,34 @@ timeit() {
 	t1=$(now)
 	calc "$t1 - $t0"
 }
+# gen_nodes DIR NODES STEPS SEED [FQ-TRACEGEN ARGS...]: NODES fq-tracegen node files of 8
+# ranks each (DIR/nI.db, one job of NODES * 8 ranks), cached under DIR (they take a while on a
+# small box)
+gen_nodes() {
+	gd=$1 gn=$2 gs=$3 gseed=$4
+	shift 4
+	[ -f "$gd/done" ] && return 0
+	rm -rf "$gd"
+	mkdir -p "$gd"
+	gi=0
+	while [ $gi -lt "$gn" ]; do
+		"$TRACEGEN" --out "$gd/n$gi.db" --node "node$gi" --ranks 8 --rank-base $((gi * 8)) \
+			--nranks $((gn * 8)) --steps "$gs" --start-ns 1700000000000000000 \
+			--seed "$gseed" "$@" >/dev/null 2>"$T/gen.err" ||
+			die "fq-tracegen node$gi: $(cat "$T/gen.err")"
+		gi=$((gi + 1))
+	done
+	touch "$gd/done"
+}
+# node_files DIR NODES: the paths gen_nodes made, space-separated
+node_files() { gi=0; while [ $gi -lt "$2" ]; do printf '%s/n%d.db ' "$1" $gi; gi=$((gi + 1)); done; }
+# an_peak ARGS...: the peak RSS in KiB (GNU time) of one an-run of sql/analysis's straggler
+# files (from the start of time) with ARGS, or - where GNU time is not installed
+an_peak() {
+	[ -x /usr/bin/time ] || { echo -; return; }
+	/usr/bin/time -f %M "$B/tests/analysis/an-run" "$SRC/sql/analysis/stragglers.node.sql" \
+		"$SRC/sql/analysis/stragglers.merge.sql" -p since_ns=1 "$@" 2>&1 >/dev/null | tail -n 1
+}
 # result NAME VALUE UNIT BASELINE TARGET MET
 result() {
 	r=-

@@ -18,24 +18,11 @@ AN=$B/tests/analysis/an-run
 need "$AN" "$TRACEGEN"
 sql=$SRC/sql/analysis
 ranks=$((nodes * 8))
-start=1700000000000000000
 [ "$ranks" -gt 517 ] || die "NODES must be 65 or more (rank 517 is the slow one)"
 
 d=$CACHE/widen-$nodes
-if [ ! -f "$d/done" ]; then
-	rm -rf "$d"
-	mkdir -p "$d"
-	i=0
-	while [ $i -lt "$nodes" ]; do
-		"$TRACEGEN" --out "$d/n$i.db" --node "node$i" --ranks 8 --rank-base $((i * 8)) \
-			--nranks $ranks --steps 120 --colls-per-step 24 --start-ns $start --seed 7 \
-			--slow-rank 517 --slow-pct 4 >/dev/null 2>"$T/gen.err" ||
-			die "fq-tracegen node$i: $(cat "$T/gen.err")"
-		i=$((i + 1))
-	done
-	touch "$d/done"
-fi
-files=$(i=0; while [ $i -lt "$nodes" ]; do printf '%s/n%d.db ' "$d" $i; i=$((i + 1)); done)
+gen_nodes "$d" "$nodes" 120 7 --colls-per-step 24 --slow-rank 517 --slow-pct 4
+files=$(node_files "$d" "$nodes")
 
 # an SEQS: one analysis run over the node files at :max_seqs = SEQS, every rank's row
 an() {
@@ -43,12 +30,8 @@ an() {
 	"$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" -p since_ns=1 \
 		-p max_seqs="$1" -m all_ranks=1 $files
 }
-peak() {
-	[ -x /usr/bin/time ] || { echo -; return; }
-	# shellcheck disable=SC2086
-	/usr/bin/time -f %M "$AN" "$sql/stragglers.node.sql" "$sql/stragglers.merge.sql" \
-		-p since_ns=1 -p max_seqs="$1" -m all_ranks=1 $files 2>&1 >/dev/null | tail -n 1
-}
+# shellcheck disable=SC2086
+peak() { an_peak -p max_seqs="$1" -m all_ranks=1 $files; }
 # both: the default span, then the wider one (what fleetq runs when it asks again)
 both() { an 1000 >/dev/null && an 2700 >/dev/null; }
 
