@@ -35,7 +35,9 @@
 --   :busy_idle      the compute stream names a rank only where its own GPU ran no compute
 --                   kernel for at most this share of the span (0.15): a GPU that idles more
 --                   is not what its job waits on, and GPUs that a CPU-bound job's launches
---                   keep waiting idle by different amounts from rank to rank
+--                   keep waiting idle by different amounts from rank to rank; past it,
+--                   only where its peers' kernels over every op waited for it and nothing
+--                   else names it (a job bound by its network)
 --
 -- One row per (comm_hash, node, rank, pid), hung first, then stragglers, then by effect:
 --   comm_hash (fleetq's; 'nccl:<hash>' for a communicator only the NCCL plugin saw), node,
@@ -395,9 +397,10 @@ gall AS (
 	       max(gn) AS gn FROM gzz GROUP BY nccl_comm, node, rank, pid
 ),
 galle AS (
-	SELECT a.nccl_comm, a.node, a.rank, a.pid, m.mt - a.tot AS lost, a.gspan
-	FROM gall a JOIN (SELECT nccl_comm, median(tot) AS mt FROM gall GROUP BY nccl_comm) m
-	     USING (nccl_comm)
+	SELECT a.nccl_comm, a.node, a.rank, a.pid, m.mt - a.tot AS lost, a.gspan,
+	       -robust_z(a.tot, m.mt, max(m.dt, prm.fl * a.gspan, prm.fl_ns)) AS z_all
+	FROM gall a JOIN (SELECT nccl_comm, median(tot) AS mt, mad(tot) AS dt FROM gall
+			  GROUP BY nccl_comm) m USING (nccl_comm), prm
 	WHERE a.gn >= 3
 ),
 -- A GPU slower all through its step (a throttled one): its peers' kernels wait for each of
@@ -539,8 +542,8 @@ bz AS (
 ),
 -- per rank, the op that stands out most
 gb AS (
-	SELECT x.*, ga.lost / nullif(ga.gspan, 0) AS e_all, u.z_fw, u.e_uni, u.pace, u.peer_pace,
-	       u.paced
+	SELECT x.*, ga.lost / nullif(ga.gspan, 0) AS e_all, ga.z_all, u.z_fw, u.e_uni, u.pace,
+	       u.peer_pace, u.paced
 	FROM (SELECT gz.*, row_number() OVER (PARTITION BY comm_hash, node, rank, pid
 					      ORDER BY z_gpu DESC) AS o FROM gz) x
 	LEFT JOIN galle ga ON ga.nccl_comm = x.nccl_comm AND ga.node IS x.node
@@ -742,11 +745,23 @@ v AS (
 	       -- idle GPU (4 H200s: its compute stream 10 points busier, z_gpu 0.7) cost the
 	       -- job nothing; under FSDP a slower GPU's kernels lean its way at z 25-46
 	       (b.z_busy > prm.thr AND b.e_busy >= coalesce(f.eff_n, g.eff_n)
-		AND b.idle <= prm.bidle AND coalesce(g.z_gpu > prm.thr / 2, 1)) AS f_busy,
+		AND b.idle <= prm.bidle AND coalesce(g.z_gpu > prm.thr / 2, 1)) AS f_busy0,
+	       -- where its GPU idled more (a job bound by its network), its compute is on the
+	       -- job's path only if its peers' kernels over every op waited for it, clearly
+	       -- and by the bar; it names the rank only where nothing else does (below), and
+	       -- neither measure is the loss alone (a neighbour on a launch-bound job's GPU
+	       -- left it 20.7 points busier and its peers' kernels 38.5 % longer, for a loss of
+	       -- 7.4 %). Real FSDP over NCCL's sockets, its GPU idle 85 % of the span against
+	       -- its peers' 99 % with extra work 20 % of a step (the job 13.4 % slower): its
+	       -- peers' kernels took 14.1 % of the span more than its own, no single op's
+	       -- median apart (each op's kernels wait a transfer or two)
+	       (b.z_busy > prm.thr AND b.e_busy >= coalesce(f.eff_n, g.eff_n)
+		AND b.idle > prm.bidle AND g.z_all > prm.thr AND g.e_all >= g.eff_n) AS f_busyn,
 	       b.z_busy, b.e_busy, b.idle AS busy_idle, b.peer_idle AS peer_busy_idle,
 	       f.z_late, f.z_wait, f.z_cpu, g.z_gpu,
 	       f.e_late, f.e_wait, g.e_gpu, f.e_cpu, f.late, f.wait, f.cpu, f.m_wait, f.m_cpu, f.step,
 	       f.cspan, f.period, f.cnfull, f.clock_err, f.peers_wait_s, g.op AS gpu_op, g.med,
+	       g.z_all,
 	       coalesce(f.eff_n, g.eff_n) AS bar, coalesce(f.escale, g.gscale, 1) AS bscale,
 	       g.peer_med, g.tot, g.gspan, g.z_fw, g.e_uni, g.pace, g.peer_pace, g.paced, g.e_all,
 	       h.hung,
@@ -818,14 +833,20 @@ w AS (
 		    THEN coalesce(v.e_gpu, 0)
 		    WHEN v.f_gpu OR v.f_wait OR v.f_cpuv OR v.f_busy
 		    THEN max(iif(v.f_wait, v.e_wait, 0), iif(v.f_gpu, v.e_gpu, 0),
-			     iif(v.f_cpuv, v.e_cpu, 0), iif(v.f_busy, v.e_busy, 0))
+			     iif(v.f_cpuv, v.e_cpu, 0), iif(v.f_busy, v.e_busyv, 0))
 		    ELSE iif(v.f_late, v.e_late, 0) END AS eff_on,
 	       max(coalesce(v.e_late, 0), coalesce(v.e_wait, 0), coalesce(v.e_gpu, 0),
 		   coalesce(v.e_busy, 0)) AS eff_any
-	-- (pace_alone: its GPU's pace names it and nothing that measures lost time does)
+	-- (pace_alone: its GPU's pace names it and nothing that measures lost time does;
+	-- f_busy: its compute stream, on a GPU that idled more only where nothing else names
+	-- it, its effect then the less of its compute's excess and its peers' kernels')
 	FROM (SELECT v.*, (v.f_pace AND NOT (coalesce(v.f_gpu, 0) OR coalesce(v.f_wait, 0)
-					     OR coalesce(v.f_cpuv, 0) OR coalesce(v.f_busy, 0)))
-				  AS pace_alone
+					     OR coalesce(v.f_cpuv, 0) OR coalesce(v.f_busy0, 0)))
+				  AS pace_alone,
+		     coalesce(v.f_busy0, 0) OR (v.f_busyn AND NOT (coalesce(v.f_gpu, 0)
+				OR coalesce(v.f_wait, 0) OR coalesce(v.f_late, 0)
+				OR coalesce(v.f_pace, 0) OR coalesce(v.f_cpuv, 0))) AS f_busy,
+		     iif(coalesce(v.f_busy0, 0), v.e_busy, min(v.e_busy, v.e_all)) AS e_busyv
 	      FROM v) v
 )
 SELECT comm_hash, node, rank, pid, nranks, ranks, verdict,
@@ -886,7 +907,9 @@ FROM (SELECT w.*, max(nw, ng, nc, np, nb) AS near
 		   -- (its compute stream: where its own GPU idled no more than :busy_idle and
 		   -- its kernels, where known, lean its way)
 		   iif(z_busy > prm.thr AND busy_idle <= prm.bidle
-		       AND coalesce(z_gpu > prm.thr / 2, 1), coalesce(e_busy, 0), -1) AS nb
+		       AND coalesce(z_gpu > prm.thr / 2, 1), coalesce(e_busy, 0),
+		       iif(z_busy > prm.thr AND z_all > prm.thr,
+			   min(coalesce(e_busy, 0), coalesce(e_all, 0)), -1)) AS nb
 	    FROM w, prm) w) w, prm
 WHERE prm.all_ranks OR verdict <> 'ok'
 ORDER BY CASE verdict WHEN 'hung' THEN 0 WHEN 'straggler' THEN 1 ELSE 2 END,

@@ -283,6 +283,14 @@ CASES = {
     "sg28-pbusy20": (2, 10.6),
     "sg28-pstall20": (1, 14.9),
     "sg28-pclean2": (None, 0.0),
+    # the MLP under FSDP on the same machine (a job bound by NCCL's sockets: every GPU ran
+    # compute 1.2 % of the span): rank 2's GPU given extra work 20 % of a step (13.4 %
+    # against the run's clean phases). Its compute stream idled 85.3 % of the span against
+    # its peers' 98.8 %, past :busy_idle, and each op's kernels wait a transfer or two (no
+    # op's median apart: z_gpu 0.7), but its peers' kernels over every op took 14.1 % of
+    # the span more than its own (missed live); a clean phase
+    "sg28-fgpu20": (2, 13.4),
+    "sg28-fclean1": (None, 0.0),
 }
 # agents that count different threads in cpu_ns (meta cpu_work: since round 25 NCCL's own
 # are left out; an older agent counted them, NCCL's spinning progress thread among them):
@@ -317,7 +325,7 @@ SIGNALS = {"ddp-gpu10s20": "cpu", "ddp-gpu10s20+newcpu": "cpu", "d17-slow10": "p
            "cnn17-slow5": "pace", "cnn17-slow5+ms500": "pace",
            "cnn18-slow5s20": "pace", "cnnf20-slow20": "compute", "cnnf20-slow10": "compute",
            "cnn20-slow10": "compute", "cnnf21-hog50": "compute", "cnnf21-hog25": "compute",
-           "g21-hog50": "compute"}
+           "g21-hog50": "compute", "sg28-fgpu20": "compute"}
 # cases whose verdict must not carry this signal
 NOSIGNALS = {"ddp-gpu10s20+mixedcpu": "cpu"}
 # cases whose named rank is checked but not the size of its effect: rank 0 waits 28.8 % of
