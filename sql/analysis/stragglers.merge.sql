@@ -691,13 +691,21 @@ ranks AS (
 v AS (
 	SELECT u.comm_hash, u.node, u.rank, u.pid,
 	       coalesce(f.nranks, g.nranks, h.nranks) AS nranks, coalesce(f.n, g.gn, 0) AS ranks,
-	       (g.z_gpu > prm.thr AND g.e_gpu >= g.eff_n) AS f_gpu,
+	       -- its kernels: the shortest at some op, clearly and by the bar, and its peers'
+	       -- kernels over every op longer than its own by half the bar at least: a rank
+	       -- shortest at one op and not over all of them cost its peers nothing (FSDP over
+	       -- NCCL's sockets, each kernel waiting one transfer or two: a clean rank's
+	       -- reduce-scatters sat on the short mode, z 7.9, 4.7 % of the span by the step's
+	       -- largest wait, its peers' kernels over every op 0.0 % longer than its own)
+	       (g.z_gpu > prm.thr AND g.e_gpu >= g.eff_n AND coalesce(g.e_all >= g.eff_b / 2, 1))
+		       AS f_gpu,
 	       -- a late enqueue counts only if its peers demonstrably waited for it: their
 	       -- kernels (where the GPU side is known), else their waits at least half as clearly
 	       -- (a CPU that runs ahead of its GPU enqueues late for free; a loaded host makes
 	       -- some rank late by a little, at no one's cost)
 	       f.f_late AND CASE WHEN g.z_gpu IS NOT NULL THEN g.z_gpu > prm.thr
 						     AND g.e_gpu >= g.eff_n
+						     AND coalesce(g.e_all >= g.eff_b / 2, 1)
 				 ELSE f.z_wait > prm.thr / 2 END AS f_late,
 	       -- the same for its peers' synchronize waits, a proxy of what the kernels measure:
 	       -- where the GPU side is known it must see the rank arrive last too (a clean job
