@@ -6,7 +6,8 @@
 # (DDP, FSDP) one torchrun job that goes through its phases (clean, stall, busy, slower GPU;
 # sync every step or every 20) and asks fleetq after each phase. Writes OUT/summary.tsv
 # (phase, planted rank, fleetq's exit and first named rank, signals, effect, the phase's
-# steps/s, the job's own pacer: the rank that waited least in its synchronize), OUT/phases.tgz
+# steps/s, the job's own pacer: the rank that waited least in its synchronize, and every rank
+# the report named), OUT/phases.tgz
 # (every phase's report and --all TSV) and the agents' logs.
 # usage: bench/gpu/detect.sh BINDIR OUT
 #            [ddp|fsdp|pipeline|blocking|loaded|gptddp|gptfsdp|cnnddp|cnnfsdp|gptaccum|gptcompile|ttd|overhead]...
@@ -80,8 +81,10 @@ export FQ_ANALYZE='
 		--all --format tsv >"$FQ_OUT/p/$FQ_PHASE.tsv" 2>/dev/null
 	first=$(sed -n "1s/^\(straggler\|hung\): rank \([0-9]*\) .*(\(.*\))$/\2 \3/p" "$FQ_OUT/p/$FQ_PHASE.txt")
 	sig=$(sed -n "s/^  signals that name it: \([^ ]*\).*/\1/p" "$FQ_OUT/p/$FQ_PHASE.txt" | head -n 1)
-	printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$FQ_PHASE" "$FQ_TARGET" "$rc" "${first:--}" "${sig:--}" \
-		"${FQ_STEPS_PER_S:--}" "${FQ_PACER:--}" >>"$FQ_OUT/summary.tsv"
+	all=$(sed -n "s/^\(straggler\|hung\): rank \([0-9]*\) .*/\2/p" "$FQ_OUT/p/$FQ_PHASE.txt" |
+		paste -sd, -)
+	printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$FQ_PHASE" "$FQ_TARGET" "$rc" "${first:--}" "${sig:--}" \
+		"${FQ_STEPS_PER_S:--}" "${FQ_PACER:--}" "${all:--}" >>"$FQ_OUT/summary.tsv"
 	head -n 12 "$FQ_OUT/p/$FQ_PHASE.txt"
 	exit $rc'
 export FQ_BIN=$bin FQ_OUT=$out
@@ -124,7 +127,7 @@ phases_cnnfsdp=${PHASES_CNNFSDP:-yclean1=clean,ystall15=stall:15,ygpu20=gpu:20,y
 phases_gptaccum=${PHASES_GPTACCUM:-aclean1=clean,astall10=stall:10,aslow20=slow:20,abusy10=busy:10,aclean2=clean,agpu20s20=gpu:20/s20,aclean3=clean}
 phases_gptcompile=${PHASES_GPTCOMPILE:-kclean1=clean,kstall10=stall:10,kgpu20=gpu:20,kbusy10s20=busy:10/s20,kclean2=clean,khog50=hog:50,kclean3=clean/s20}
 phases_fsdp=${PHASES_FSDP:-fclean1=clean,fstall20=stall:20,fgpu20=gpu:20,fbusy20=busy:20,fclean2=clean,fstall10=stall:10,fgpu10=gpu:10,fbusy10=busy:10,fstall20s20=stall:20/s20,fgpu20s20=gpu:20/s20,fclean3=clean}
-printf "phase\tplanted\tfleetq_rc\tnamed (effect)\tsignals\tsteps/s\tpacer\n" >"$out/summary.tsv"
+printf "phase\tplanted\tfleetq_rc\tnamed (effect)\tsignals\tsteps/s\tpacer\tevery rank named\n" >"$out/summary.tsv"
 
 for w in $what; do
 	case $w in
