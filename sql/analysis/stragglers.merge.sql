@@ -543,13 +543,21 @@ bz AS (
 -- per rank, the op that stands out most
 gb AS (
 	SELECT x.*, ga.lost / nullif(ga.gspan, 0) AS e_all, ga.z_all, u.z_fw, u.e_uni, u.pace,
-	       u.peer_pace, u.paced
+	       u.peer_pace, u.paced,
+	       -- its kernels: the shortest at some op, clearly and by the bar, and its peers'
+	       -- kernels over every op longer than its own by half the bar at least: a rank
+	       -- shortest at one op and not over all of them cost its peers nothing (FSDP over
+	       -- NCCL's sockets, each kernel waiting one transfer or two: a clean rank's
+	       -- reduce-scatters sat on the short mode, z 7.9, 4.7 % of the span by the step's
+	       -- largest wait, its peers' kernels over every op 0.0 % longer than its own)
+	       (x.z_gpu > prm.thr AND x.e_gpu >= x.eff_n
+		AND coalesce(ga.lost / nullif(ga.gspan, 0) >= x.eff_b / 2, 1)) AS kern
 	FROM (SELECT gz.*, row_number() OVER (PARTITION BY comm_hash, node, rank, pid
 					      ORDER BY z_gpu DESC) AS o FROM gz) x
 	LEFT JOIN galle ga ON ga.nccl_comm = x.nccl_comm AND ga.node IS x.node
 			   AND ga.rank IS x.rank AND ga.pid IS x.pid
 	LEFT JOIN guni u ON u.nccl_comm = x.nccl_comm AND u.node IS x.node
-			 AND u.rank IS x.rank AND u.pid IS x.pid
+			 AND u.rank IS x.rank AND u.pid IS x.pid, prm
 	WHERE x.o = 1
 ),
 flags AS (
@@ -691,21 +699,12 @@ ranks AS (
 v AS (
 	SELECT u.comm_hash, u.node, u.rank, u.pid,
 	       coalesce(f.nranks, g.nranks, h.nranks) AS nranks, coalesce(f.n, g.gn, 0) AS ranks,
-	       -- its kernels: the shortest at some op, clearly and by the bar, and its peers'
-	       -- kernels over every op longer than its own by half the bar at least: a rank
-	       -- shortest at one op and not over all of them cost its peers nothing (FSDP over
-	       -- NCCL's sockets, each kernel waiting one transfer or two: a clean rank's
-	       -- reduce-scatters sat on the short mode, z 7.9, 4.7 % of the span by the step's
-	       -- largest wait, its peers' kernels over every op 0.0 % longer than its own)
-	       (g.z_gpu > prm.thr AND g.e_gpu >= g.eff_n AND coalesce(g.e_all >= g.eff_b / 2, 1))
-		       AS f_gpu,
+	       g.kern AS f_gpu,
 	       -- a late enqueue counts only if its peers demonstrably waited for it: their
 	       -- kernels (where the GPU side is known), else their waits at least half as clearly
 	       -- (a CPU that runs ahead of its GPU enqueues late for free; a loaded host makes
 	       -- some rank late by a little, at no one's cost)
-	       f.f_late AND CASE WHEN g.z_gpu IS NOT NULL THEN g.z_gpu > prm.thr
-						     AND g.e_gpu >= g.eff_n
-						     AND coalesce(g.e_all >= g.eff_b / 2, 1)
+	       f.f_late AND CASE WHEN g.z_gpu IS NOT NULL THEN g.kern
 				 ELSE f.z_wait > prm.thr / 2 END AS f_late,
 	       -- the same for its peers' synchronize waits, a proxy of what the kernels measure:
 	       -- where the GPU side is known it must see the rank arrive last too (a clean job
