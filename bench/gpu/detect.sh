@@ -225,13 +225,14 @@ for l in open(os.path.join(out, "ttd-phases.jsonl")):
     named = [(float(b) - onset, m) for a_, b, m in polls if onset < float(b) <= end
              and re.match(r"straggler: rank %d " % p["target"], m)]
     # (polls whose 3 s window lies inside the phase before the onset: earlier ones still
-    # hold the previous phase's fault)
-    before = [m for a_, b, m in polls
-              if onset - p["seconds"] * p["onset"] + 3 < float(a_) < onset
-              and m.startswith("straggler")]
-    print("%s target %d: first named %s s after onset%s; false before onset: %d" % (
+    # hold the previous phase's fault, or the job's warm-up. The phase's start as the job
+    # wrote it; else reckoned back from the onset, which steps slower than the mean misplace)
+    start = p["start_ns"] / 1e9 if "start_ns" in p else onset - p["seconds"] * p["onset"]
+    pre = [m for a_, b, m in polls if start + 3 <= float(a_) < onset]
+    before = [m for m in pre if m.startswith("straggler")]
+    print("%s target %d: first named %s s after onset%s; false before onset: %d of %d" % (
         p["name"], p["target"], "%.2f" % named[0][0] if named else "never",
-        " (%s)" % named[0][1] if named else "", len(before)))
+        " (%s)" % named[0][1] if named else "", len(before), len(pre)))
 PY
 		stop_agents
 		keep_traces ttd
