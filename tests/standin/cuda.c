@@ -212,9 +212,11 @@ static int run_item(struct CUstream_st *s, struct item *it, int failed, uint64_t
 		if (failed)
 			break;
 		fqsi_sleep_until(x.end_ns);
-		snprintf(note, sizeof(note), "gstart=%llu gstop=%llu",
+		/* (and its launch: a kernel launched onto an idle stream starts there) */
+		snprintf(note, sizeof(note), "gstart=%llu gstop=%llu launch=%llu",
 			 (unsigned long long)(start + fqsi_gpu_offset_ns()),
-			 (unsigned long long)(x.end_ns + fqsi_gpu_offset_ns()));
+			 (unsigned long long)(x.end_ns + fqsi_gpu_offset_ns()),
+			 (unsigned long long)(it->enq_ns + fqsi_gpu_offset_ns()));
 		fqsi_device_row(it->k->name, -1, 0, it->argv[0], note);
 		report_kernel(s, it, start, x.end_ns);
 		break;

@@ -78,8 +78,10 @@ for r in 0 2; do
 		fail "slow GPU: rank 1's kernels waited $w1 ns, not less than rank $r's $w"
 done
 
-# a stalled main thread on rank 2: its collective kernels wait least
-"$FQ_WORKLOAD" --ranks 3 --steps 12 --shape ddp --buckets 4 --step-us 1000 --kernel-us 600 \
+# a stalled main thread on rank 2: its collective kernels wait least. (Its stall is a 5 ms
+# step: with 1 ms, two CPU hogs on 2 cores made a peer's wait the least in 3 of 6 runs, the
+# other ranks' main threads delayed by as much; with 5 ms, 0 of 6)
+"$FQ_WORKLOAD" --ranks 3 --steps 12 --shape ddp --buckets 4 --step-us 5000 --kernel-us 600 \
 	--slow-rank 2 --slow-pct 100 --slow-kind stall --report "$T/s.tsv" 2>"$T/err" ||
 	fail "stall job exited $?"
 w2=$(col "$T/s.tsv" 2 kernel:ncclDevKernel_AllReduce wait | sum)
@@ -176,15 +178,20 @@ got=$(awk -F'\t' '$1 == 2 && $4 == "kernel:fq_forward" { print $7 }' "$T/dc.tsv"
 
 # ... and a stream's wait for another's event ends on the device clock too: FSDP's compute
 # kernels start where a kernel of that rank ended (its previous one, or the all-gather it
-# waited for), not when the device thread woke (a few may start at their launch)
+# waited for), or at their launch where the CPU launched them onto an idle stream, not when
+# the device thread woke. (Idle box: 239 of 240 at a stop, 1 at its launch; with 2-4 CPU
+# hogs 200-216 at a stop, 24-40 at their launch, 0-2 neither: a wait on an event the other
+# stream recorded late, at its record. The default clock: 240 of 240 neither.)
 FQ_STANDIN_DEVICE_CLOCK=device "$FQ_WORKLOAD" --ranks 3 --steps 20 --shape fsdp --layers 4 \
 	--step-us 200 --kernel-us 3000 --sync-every 20 --report "$T/fc.tsv" 2>"$T/err" ||
 	fail "FSDP on device clocks exited $?"
-awk -F'\t' 'NR > 1 && $4 ~ /^kernel:/ { split($8, kv, /[ =]/); k[NR] = $1 " " kv[2] " " kv[4] " " $4 }
+awk -F'\t' 'NR > 1 && $4 ~ /^kernel:/ { split($8, kv, /[ =]/)
+		k[NR] = $1 " " kv[2] " " kv[4] " " $4 " " kv[6] }
 	END { for (i in k) { split(k[i], a, " "); stop[a[1] " " a[3]] = 1 }
 	      for (i in k) { split(k[i], a, " "); if (a[4] != "kernel:fq_forward") continue
-			     n++; if ((a[1] " " a[2]) in stop) hit++ }
-	      exit !(n == 3 * 20 * 4 && hit >= n * 9 / 10) }' "$T/fc.tsv" ||
+			     n++; if ((a[1] " " a[2]) in stop) hit++; else if (a[2] != a[5]) off++ }
+	      printf "FSDP forward kernels on device clocks: %d, %d at a stop, %d neither at a stop nor at their launch\n", n, hit, off
+	      exit !(n == 3 * 20 * 4 && hit >= n / 2 && off <= n / 20) }' "$T/fc.tsv" ||
 	fail "device clocks: FSDP compute kernels start off the device clock"
 
 if "$FQ_WORKLOAD" --ranks 2 --steps 1 --shape ddp --device inline 2>"$T/err"; then
