@@ -180,8 +180,8 @@ got=$(awk -F'\t' '$1 == 2 && $4 == "kernel:fq_forward" { print $7 }' "$T/dc.tsv"
 # kernels start where a kernel of that rank ended (its previous one, or the all-gather it
 # waited for), or at their launch where the CPU launched them onto an idle stream, not when
 # the device thread woke. (Idle box: 239 of 240 at a stop, 1 at its launch; with 2-4 CPU
-# hogs 200-216 at a stop, 24-40 at their launch, 0-2 neither: a wait on an event the other
-# stream recorded late, at its record. The default clock: 240 of 240 neither.)
+# hogs 200-216 at a stop, 24-40 at their launch, 0-2 neither, likely a wait on an event the
+# other stream recorded late. The default clock: 240 of 240 neither.)
 FQ_STANDIN_DEVICE_CLOCK=device "$FQ_WORKLOAD" --ranks 3 --steps 20 --shape fsdp --layers 4 \
 	--step-us 200 --kernel-us 3000 --sync-every 20 --report "$T/fc.tsv" 2>"$T/err" ||
 	fail "FSDP on device clocks exited $?"

@@ -20,9 +20,9 @@
 #     The peers' own spread, the host's scheduling of 8 ranks' threads on 2 cores, shrinks
 #     with the span: over 300 steps 6 of 6 named, z 5.9-23).
 #     Every stage-0 rank waits more on its Send/Recv than its stage-1 peer (the schedule), so
-#     the send/recv rule clears the culprit unless it weighs each rank's Recv kernels
-#     against its stage siblings' (round 8's rule named it in 1 of 2 runs here; analysis_real
-#     holds real cases it missed).
+#     the send/recv rule clears the culprit unless it weighs each rank's Send/Recv
+#     kernels against its stage siblings' (round 8's rule named it in 1 of 2 runs here;
+#     analysis_real holds real cases it missed).
 # The fault is large on purpose: this is the path's test; bench/accuracy measures accuracy.
 . "$(dirname "$0")/../e2e/lib.sh"
 . "$(dirname "$0")/../standin/live-agents.sh"
