@@ -430,6 +430,7 @@ void tracer_stop(struct tracer *t)
 			struct comm_ent *e = t->comms[i];
 
 			t->comms[i] = e->next;
+			adopt_forget(t, e);
 			free(e);
 		}
 	syncwait_free(t->sync);

@@ -16,6 +16,7 @@ if(FLEETQ_BPF)
     ${CMAKE_CURRENT_LIST_DIR}/trace.c
     ${CMAKE_CURRENT_LIST_DIR}/trace_tables.c
     ${CMAKE_CURRENT_LIST_DIR}/trace_decode.c
+    ${CMAKE_CURRENT_LIST_DIR}/trace_adopt.c
     ${CMAKE_CURRENT_LIST_DIR}/trace_attach.c
     ${CMAKE_CURRENT_LIST_DIR}/trace_disc.c
     ${CMAKE_CURRENT_LIST_DIR}/trace_calib.c

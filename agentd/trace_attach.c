@@ -9,10 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "clock.h"
 #include "discover.h"
 #include "fqtrace.h"
 #include "fqtrace.skel.h"
@@ -131,6 +133,10 @@ int attach_file(struct tracer *t, const char *path)
 	}
 	if (n > 0 || t->verbose)
 		tlog("attached %d of %d functions in '%s'", ok, n, path);
+	/* every probe of the library is in place: a call pending from before is stale
+	 * (fqtrace.bpf.c, settled_ns; the BPF programs' clock) */
+	if (ok > 0)
+		t->skel->bss->settled_ns = (uint64_t)clock_ns(t->use_tai ? CLOCK_TAI : CLOCK_MONOTONIC);
 	free(syms);
 	return ok;
 }

@@ -6,7 +6,8 @@
  * communicator's init event; collectives and p2p (Send/Recv) have separate
  * counters (the N-th collective on a communicator is seq N-1 on every rank; p2p
  * seq is per process only). A communicator whose init we did not see (agentd
- * started mid-job) gets seq and comm_hash NULL.
+ * started mid-job) gets seq and comm_hash NULL until fleetq's NCCL profiler plugin places
+ * it (trace_adopt.c).
  */
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -174,6 +175,9 @@ static void on_coll(struct tracer *t, const struct fq_ev_call *e)
 				c->seq = ce->p2p_seq++;
 		} else if (ce->seq >= 0) {
 			c->seq = ce->seq++;
+		} else {
+			/* its init came before agentd: trace_adopt.c may place it */
+			adopt_note_call(t, ce, c->op, c->count, c->ts_ns, c->dur_ns, c->tid);
 		}
 		if (ce->last_tid == e->h.tid && ce->last_oncpu && e->oncpu >= ce->last_oncpu)
 			c->busy_ns = (int64_t)(e->oncpu - ce->last_oncpu);
@@ -227,6 +231,8 @@ static void on_kernel(struct tracer *t, const struct fq_ev_kernel *e)
 		return;
 	snprintf(k->nccl_comm, sizeof(k->nccl_comm), "%016" PRIx64, p->nccl_comm);
 	ce = comm_by_nccl(t, e->h.pid, p->nccl_comm);
+	if (!ce && t->adopting)
+		ce = adopt_try(t, e->h.pid, p, k->ts_ns);
 	if (ce)
 		memcpy(k->comm_hash, ce->hash, sizeof(k->comm_hash));
 	store_put(t->store, &r);

@@ -65,6 +65,7 @@ struct comm_ent {
 	uint64_t nccl_hash; /* NCCL's hash of it (nccl_profiler.h), 0: unknown */
 	int32_t nccl_splits; /* ncclCommSplit calls on it so far: NCCL's splitCount */
 	uint64_t last_proc_cpu; /* process's CPU work at the last collective, 0: none */
+	struct adopt *adopt; /* init not seen, not adopted yet: trace_adopt.c's state, else NULL */
 	struct comm_ent *next;
 };
 
@@ -112,6 +113,7 @@ struct tracer {
 	struct comm_ent *comms[COMM_BUCKETS]; /* poll thread only */
 	struct syncwait *sync; /* poll thread only */
 	const struct comm_ent *kcache; /* poll thread only: comm_by_nccl()'s last answer */
+	struct adopt *adopting; /* poll thread only: trace_adopt.c's communicators, a list */
 
 	pthread_mutex_t proc_mu;
 	struct proc_ent *procs[PROC_BUCKETS];
@@ -144,6 +146,15 @@ struct comm_ent *comm_find(struct tracer *t, uint32_t pid, uint64_t ptr, int cre
 void comm_drop(struct tracer *t, uint32_t pid, uint64_t ptr);
 void comm_drop_pid(struct tracer *t, uint32_t pid);
 const struct comm_ent *comm_by_nccl(struct tracer *t, uint32_t pid, uint64_t nh);
+
+struct fq_prof_rec;
+
+/* trace_adopt.c: communicators whose init agentd did not see (poll thread only) */
+void adopt_note_call(struct tracer *t, struct comm_ent *ce, const char *op, int64_t count,
+		     int64_t ts_ns, int64_t dur_ns, int64_t tid);
+struct comm_ent *adopt_try(struct tracer *t, uint32_t pid, const struct fq_prof_rec *p,
+			   int64_t ts_ns);
+void adopt_forget(struct tracer *t, struct comm_ent *ce);
 
 /* trace_decode.c: libbpf's ring buffer callback */
 int on_event(void *ctx, void *data, size_t len);

@@ -137,6 +137,7 @@ void comm_drop(struct tracer *t, uint32_t pid, uint64_t ptr)
 			*pp = e->next;
 			if (t->kcache == e)
 				t->kcache = NULL;
+			adopt_forget(t, e);
 			free(e);
 			return;
 		}
@@ -155,6 +156,7 @@ void comm_drop_pid(struct tracer *t, uint32_t pid)
 				*pp = e->next;
 				if (t->kcache == e)
 					t->kcache = NULL;
+				adopt_forget(t, e);
 				free(e);
 			} else {
 				pp = &e->next;

@@ -168,6 +168,21 @@ static __always_inline uint64_t now_ns(void)
 	return bpf_ktime_get_ns();
 }
 
+/*
+ * When agentd last finished attaching a library's probes (now_ns()'s clock; user space
+ * writes it). A call entered before then may have had its entry probe without its return
+ * probe (agentd attached them one after the other while the process ran): its return is
+ * never seen, and taking the thread's next calls for calls nested in it would swallow them
+ * all. A pending entry older than this is stale; a nested call is never entered before its
+ * outer call, so at worst one outer call spanning an attach goes unrecorded.
+ */
+uint64_t settled_ns = 0;
+
+static __always_inline bool stale(uint64_t entered_ns)
+{
+	return entered_ns < *(volatile uint64_t *)&settled_ns;
+}
+
 static __always_inline void *reserve(uint64_t size)
 {
 	void *e = bpf_ringbuf_reserve(&events, size, 0);
@@ -327,7 +342,8 @@ static __always_inline int call_entry(struct pt_regs *ctx, unsigned int slot)
 	if (!s)
 		return 0;
 	f = &s->call[slot];
-	if (f->ts) {
+	/* a call entered while one is pending nests in it, unless that one is stale */
+	if (f->ts && !stale(f->ts)) {
 		f->depth++;
 		return 0;
 	}
@@ -432,7 +448,7 @@ int BPF_KPROBE(init_entry)
 	if (!want_current(id >> 32))
 		return 0;
 	f = bpf_map_lookup_elem(&inits, &id);
-	if (f) {
+	if (f && !stale(f->ts)) {
 		f->depth++;
 		return 0;
 	}
@@ -546,6 +562,9 @@ int BPF_KPROBE(group_start)
 
 	if (!s)
 		return 0;
+	/* an open group that is stale (as in call_entry) ended unseen */
+	if (s->group_depth && stale(s->group_ts))
+		s->group_depth = 0;
 	if (!s->group_depth++) {
 		s->group_ts = now_ns();
 		s->group_end_ts = 0;

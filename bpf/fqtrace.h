@@ -156,7 +156,9 @@ struct fq_ev_proc {
  * a collective's seqNumber, counted per communicator AND function (the same on every rank).
  * NCCL numbers no Send/Recv: the plugin counts them per communicator, function and peer, so
  * that the n-th Send to a peer and that peer's n-th Recv from this rank share seq n. A
- * plugin older than the peer field writes size = offsetof(struct fq_prof_rec, peer).
+ * plugin older than the peer field writes size = offsetof(struct fq_prof_rec, peer), one
+ * older than coll_idx offsetof(struct fq_prof_rec, coll_idx). coll_idx lets an agentd that
+ * started after the communicator's init place the CPU side's calls (agentd/trace_adopt.c).
  */
 #define FQ_PROF_MAGIC 0x66717072u /* "fqpr" */
 #define FQ_PROF_FUNC_LEN 16
@@ -181,6 +183,8 @@ struct fq_prof_rec {
 	char func[FQ_PROF_FUNC_LEN]; /* "AllReduce", ..., "Send", "Recv": NUL-terminated */
 	int32_t peer;           /* Send/Recv: the other side's rank in the communicator; else -1 */
 	uint32_t pad;
+	uint64_t coll_idx;      /* a collective: the Coll events on this communicator before it,
+				 * since its init (agentd's seq for it); Send/Recv: UINT64_MAX */
 };
 
 struct fq_ev_kernel {

@@ -781,6 +781,13 @@ int an_seen(sqlite3 *db, int netcheck, struct an_seen *s)
 		}
 		sqlite3_finalize(st);
 	}
+	/* collectives on communicators made before agentd, which it could not place */
+	if (!netcheck && sqlite3_prepare_v2(db, "SELECT coalesce(sum(n), 0) FROM results "
+						"WHERE kind = 'now'", -1, &st, NULL) == SQLITE_OK) {
+		if (sqlite3_step(st) == SQLITE_ROW)
+			s->unplaced = sqlite3_column_int64(st, 0);
+		sqlite3_finalize(st);
+	}
 	/*
 	 * A rank answers once per communicator, on whichever node and pid it ran. Of a
 	 * communicator active in the window, a rank whose node sent its newest collective

@@ -115,6 +115,7 @@ struct an_seen {
 	int netcheck;	      /* the rows are netcheck's (else stragglers') */
 	int counted;	      /* colls and p2p were counted */
 	int colls, p2p;	      /* the most collectives, and Send/Recv, of any rank in the window */
+	long long unplaced;   /* collectives in the window agentd could not place ('now' rows) */
 };
 int an_seen(sqlite3 *db, int netcheck, struct an_seen *s);
 void an_seen_release(struct an_seen *s);

@@ -49,6 +49,11 @@ static char *analysis_short(const struct an_seen *s, const struct query_opts *q,
 		r = asprintf(&m, "only send/recv%s in %s on %zu node%s, no collective to compare "
 				 "ranks by: stragglers judges collectives", job, win, nodes,
 			     nodes == 1 ? "" : "s");
+	else if (!s->ranks && s->unplaced)
+		r = asprintf(&m, "%lld collectives%s in %s on %zu node%s, on communicators made "
+				 "before agentd started, which it could not place without fleetq's "
+				 "NCCL profiler plugin (NCCL_PROFILER_PLUGIN, docs/analysis.md)",
+			     s->unplaced, job, win, nodes, nodes == 1 ? "" : "s");
 	else if (!s->ranks)
 		r = asprintf(&m, "no collectives%s in %s on %zu node%s: check %s", job, win,
 			     nodes, nodes == 1 ? "" : "s",

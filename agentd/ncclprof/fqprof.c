@@ -8,7 +8,9 @@
  * one KernelCh event per channel with the GPU's globaltimer at the channel's start and stop.
  * Once a call's host side and every channel it started have stopped, the plugin hands one
  * fixed-size record (bpf/fqtrace.h, struct fq_prof_rec) to fq_nccl_kernel_done(), a function
- * that does nothing: agentd puts a uprobe on it and copies the record into the trace. Without
+ * that does nothing: agentd puts a uprobe on it and copies the record into the trace (its
+ * coll_idx, the collectives on the communicator before it, lets an agentd that started
+ * after the communicator's init place the job's calls: agentd/trace_adopt.c). Without
  * agentd the call costs a few nanoseconds and nothing is written anywhere: no file, no shared
  * memory, no socket.
  *
@@ -62,6 +64,7 @@ struct ctx {
 	uint64_t comm;
 	int rank, nranks;
 	unsigned int next;
+	uint64_t ncoll; /* Coll events so far */
 	uint64_t *p2p_seq; /* [2 * peer + is Recv]: Send/Recv so far; NULL: none counted */
 	struct coll slot[SLOTS];
 };
@@ -148,6 +151,7 @@ static struct coll *claim(struct ctx *x, const char *func, uint64_t count, int e
 	c->rec.rank = x->rank;
 	c->rec.nranks = x->nranks;
 	c->rec.peer = -1;
+	c->rec.coll_idx = UINT64_MAX;
 	c->rec.host_start_ns = fq_mono_ns();
 	if (func)
 		strncpy(c->rec.func, func, sizeof(c->rec.func) - 1);
@@ -161,6 +165,7 @@ static void start_coll(struct ctx *x, void **handle, const fq_nccl_descr_t *d)
 	pthread_mutex_lock(&x->mu);
 	c = claim(x, d->coll.func, d->coll.count, d->coll.nChannels);
 	c->rec.seq = d->coll.seqNumber;
+	c->rec.coll_idx = x->ncoll++;
 	*handle = c;
 	pthread_mutex_unlock(&x->mu);
 }

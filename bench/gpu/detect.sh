@@ -10,7 +10,7 @@
 # the report named), OUT/phases.tgz
 # (every phase's report and --all TSV) and the agents' logs.
 # usage: bench/gpu/detect.sh BINDIR OUT
-#            [ddp|fsdp|pipeline|blocking|loaded|gptddp|gptfsdp|cnnddp|cnnfsdp|gptaccum|gptcompile|ttd|overhead]...
+#            [ddp|fsdp|pipeline|blocking|loaded|gptddp|gptfsdp|cnnddp|cnnfsdp|gptaccum|gptcompile|ttd|overhead|ovhlive]...
 #   gptddp, gptfsdp: the same with a transformer language model (train.py --model gpt, GPT_ARGS)
 #   cnnddp, cnnfsdp: a ResNet-style image classifier (train.py --model cnn, CNN_ARGS); under DDP
 #   its BatchNorm buffers are broadcast every step; gptaccum: the transformer under DDP accumulating gradients
@@ -237,6 +237,137 @@ PY
 		stop_agents
 		keep_traces ttd
 		;;
+	ovhlive)
+		# the tracing cost within one launch: a 4-rank launch on one GPU settles on one of
+		# several speeds, so launches cannot be compared. The agents attach to the running job
+		# and leave it instead, in blocks of two clean phases (a sync every step, every 20):
+		# OVL_BLOCKS blocks, off on on off off on on off ... (the plugin loaded throughout: with
+		# no agent its events end in a no-op nobody probes; the CUDA injection library only
+		# with FQ_CUPTI_LIVE=1). Between two traced blocks the agents restart on the same
+		# trace files. After each traced phase fleetq judges it (agents that came in mid-job,
+		# or restarted: agentd places the job's communicators from the plugin's records).
+		# OUT/ovhlive.txt: each phase's steps/s, traced over untraced per block pair and per
+		# regime; OUT/ovhlive-traces.tgz the trace files as each traced block left them.
+		[ "${FQ_CUPTI_LIVE:-0}" = 1 ] || unset CUDA_INJECTION64_PATH
+		fqa=$FQ_ANALYZE
+		# (OVL_FAULTS, e.g. stall:20,gpu:20: the traced blocks' first phases plant these in
+		# turn instead, to see the agents that came in mid-job name them; no cost measured)
+		nb=${OVL_BLOCKS:-8} ph= acts=$out/ovhlive-acts
+		IFS=, read -ra ovf <<<"${OVL_FAULTS:-}"
+		nf=0
+		: >"$acts"
+		for b in $(seq 1 "$nb"); do
+			case $(((b - 1) % 4)) in 0 | 3) m=off ;; *) m=on ;; esac
+			case $(((b) % 4)) in 0 | 3) nm=off ;; *) nm=on ;; esac
+			k=clean
+			[ $m = on ] && [ $nf -lt ${#ovf[@]} ] && k=${ovf[$nf]} && nf=$((nf + 1))
+			ph=$ph${ph:+,}${m}${b}a=$k,${m}${b}b=clean/s20
+			[ $m = on ] && { echo "${m}${b}a judge" >>"$acts"; echo "${m}${b}b judge" >>"$acts"; }
+			[ $m = off ] && [ $nm = on ] && [ "$b" -lt "$nb" ] && echo "${m}${b}b start" >>"$acts"
+			[ $m = on ] && [ $nm = off ] && echo "${m}${b}b stop" >>"$acts"
+			# between two traced blocks the agents restart on the same trace files
+			[ $m = on ] && [ $nm = on ] && echo "${m}${b}b restart" >>"$acts"
+		done
+		# the hook runs in rank 0's shell between phases (every rank waits in a barrier)
+		export OVL_BIN=$bin OVL_OUT=$out OVL_N=$n OVL_CG=$cg OVL_ACTS=$acts
+		export FQ_ANALYZE='
+			hosts=$(cat "$OVL_OUT/ovl-hosts" 2>/dev/null)
+			for act in $(awk -v p="$FQ_PHASE" "\$1 == p { print \$2 }" "$OVL_ACTS"); do
+			case $act in
+			judge)
+				"$OVL_BIN/fleetq" -w "$hosts" --insecure stragglers --since "${FQ_SINCE}s" \
+					--max-seqs 0 >"$OVL_OUT/p/$FQ_PHASE.txt" 2>&1
+				printf "%s\t%s\t%s\t%s\n" "$FQ_PHASE" "$FQ_TARGET" "$?" \
+					"$(head -n 1 "$OVL_OUT/p/$FQ_PHASE.txt")" >>"$OVL_OUT/ovhlive-judged.tsv" ;;
+			restart | start)
+				if [ $act = restart ]; then
+					for p in $(cat "$OVL_OUT/ovl-pids"); do kill -TERM "$p"; done
+					for p in $(cat "$OVL_OUT/ovl-pids"); do
+						for _ in $(seq 100); do
+							[ -e /proc/$p ] && ! grep -q "^[0-9]* (.*) Z" /proc/$p/stat || break
+							sleep 0.1
+						done
+					done
+					: >"$OVL_OUT/ovl-pids"
+				fi
+				hosts=
+				for i in $(seq 0 $((OVL_N - 1))); do
+					[ $act = restart ] || rm -f /tmp/fq-ovl$i.db*
+					rm -f /tmp/fq-ovl$i.port
+					setsid "$OVL_BIN/agentd" --listen 127.0.0.1:0 --insecure \
+						--port-file /tmp/fq-ovl$i.port --node rank$i --db /tmp/fq-ovl$i.db \
+						--cgroup "$OVL_CG/node$i" ${AGENTD_ARGS:-} \
+						2>>"$OVL_OUT/ovl-agent$i.log" </dev/null >/dev/null &
+					echo $! >>"$OVL_OUT/ovl-pids"
+				done
+				for i in $(seq 0 $((OVL_N - 1))); do
+					for _ in $(seq 300); do
+						grep -q "functions in .*libfleetq-nccl-profiler" "$OVL_OUT/ovl-agent$i.log" \
+							2>/dev/null && [ -s /tmp/fq-ovl$i.port ] && break
+						sleep 0.1
+					done
+					hosts=$hosts${hosts:+,}127.0.0.1:$(cat /tmp/fq-ovl$i.port)
+				done
+				echo "$hosts" >"$OVL_OUT/ovl-hosts"
+				echo "ovhlive: agents in after $FQ_PHASE ($act)" ;;
+			stop)
+				"$OVL_BIN/fleetq" -w "$hosts" --insecure "SELECT count(*) AS colls,
+					count(seq) AS placed, (SELECT count(*) FROM nccl_kernels) AS kernels,
+					(SELECT group_concat(fn) FROM comms) AS comms FROM collectives" \
+					--format tsv >>"$OVL_OUT/ovhlive-counts.tsv" 2>&1
+				for p in $(cat "$OVL_OUT/ovl-pids"); do kill -TERM "$p"; done
+				for p in $(cat "$OVL_OUT/ovl-pids"); do
+					for _ in $(seq 100); do
+						[ -e /proc/$p ] && ! grep -q "^[0-9]* (.*) Z" /proc/$p/stat || break
+						sleep 0.1
+					done
+				done
+				: >"$OVL_OUT/ovl-pids"
+				rm -f "$OVL_OUT/ovl-hosts"
+				for i in $(seq 0 $((OVL_N - 1))); do
+					cp /tmp/fq-ovl$i.db "$OVL_OUT/ovl-$FQ_PHASE-$i.db" 2>/dev/null
+				done
+				echo "ovhlive: agents out after $FQ_PHASE" ;;
+			esac
+			done'
+		: >"$out/ovl-pids"
+		timeout "${JOB_TIMEOUT:-540}" "$py" -m torch.distributed.run --standalone \
+			--nproc_per_node="$n" "$here/train.py" --shape ddp ${OVH_ARGS:-} --cgroup-parent "$cg" \
+			--steps 300 ${PHASE_SECONDS:+--phase-seconds "$PHASE_SECONDS"} --phases "$ph" \
+			--out "$out/ovhlive-phases.jsonl" >"$out/ovhlive-torch.log" 2>&1
+		echo "ovhlive: torchrun exit $?"
+		for p in $(cat "$out/ovl-pids"); do kill -TERM "$p" 2>/dev/null; done
+		# the traced blocks' trace files, for studying here (KEEP_TRACES=0: not)
+		[ "${KEEP_TRACES:-1}" = 1 ] && (cd "$out" && ls ovl-*.db >/dev/null 2>&1 &&
+			tar -czf ovhlive-traces.tgz ovl-*.db && rm -f ovl-*.db)
+		export FQ_ANALYZE=$fqa
+		[ -n "$inject" ] && export CUDA_INJECTION64_PATH=$inject
+		"$py" - "$out" <<'PY' | tee "$out/ovhlive.txt"
+import json, os, sys
+out = sys.argv[1]
+ph = [json.loads(l) for l in open(os.path.join(out, "ovhlive-phases.jsonl"))]
+for p in ph:
+    print("%-7s %-4s %7.2f steps/s" % (p["name"], "s%d" % p["sync"], p["steps_per_s"]))
+# blocks: off1 on2 on3 off4 ...; a pair is an off block and the on block beside it
+blk = {}
+for p in ph:
+    blk.setdefault(p["name"][:-1], []).append(p)
+names = list(blk)
+for sync in (1, 20):
+    on = [q["steps_per_s"] for b in names if b.startswith("on") for q in blk[b] if q["sync"] == sync]
+    off = [q["steps_per_s"] for b in names if b.startswith("off") for q in blk[b] if q["sync"] == sync]
+    if on and off:
+        print("sync every %d: untraced %s, traced %s: traced/untraced %.4f (means)" % (
+            sync, " ".join("%.2f" % x for x in off), " ".join("%.2f" % x for x in on),
+            (sum(on) / len(on)) / (sum(off) / len(off))))
+pairs = [(names[i], names[i + 1]) for i in range(0, len(names) - 1, 2)]
+for a, b in pairs:
+    ta = sum(q["seconds"] for q in blk[a]) / sum(q["steps"] for q in blk[a])
+    tb = sum(q["seconds"] for q in blk[b]) / sum(q["steps"] for q in blk[b])
+    off, on = (ta, tb) if a.startswith("off") else (tb, ta)
+    print("blocks %s %s: traced/untraced throughput %.4f" % (a, b, off / on))
+PY
+		;;
 	overhead)
 		# alternating untraced and traced (agents + plugin) DDP runs of the same phases;
 		# OVH_MODES may add "agents" (no plugin), "plugin" (no agents), "nonvml" (agents
@@ -278,6 +409,6 @@ PY
 done
 tar -C "$out" -czf "$out/phases.tgz" p
 rm -rf "$out/p"
-keep='^\(phases.tgz\|summary.tsv\|logs.tgz\|.*-traces.tgz\|.*-placement.tsv.gz\|ttd.txt\)$'
+keep='^\(phases.tgz\|summary.tsv\|logs.tgz\|.*-traces.tgz\|.*-placement.tsv.gz\|ttd.txt\|ovhlive.txt\)$'
 (cd "$out" && tar -czf logs.tgz $(ls | grep -v "$keep") && ls | grep -v "$keep" | xargs rm -rf)
 cat "$out/summary.tsv"

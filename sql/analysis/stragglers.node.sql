@@ -20,7 +20,10 @@
 --                     ranks enqueued it
 --             'last': the newest collective of one (comm_hash, rank, pid), over ALL time,
 --                     so the merge sees a rank that stopped even with no rows in the window
---                     (communicators with a known comm_hash, i.e. seq not NULL)
+--                     (communicators with a known comm_hash, i.e. seq not NULL), unless it
+--                     is older than this agentd (meta 'agent_start_ns') and its process has
+--                     called collectives since on a communicator made before that (comms
+--                     fn 'init-unseen': agentd restarted while the job ran)
 --             'kern': one per (NCCL communicator, op, rank, pid) and block of 65536 seqs of
 --                     nccl_kernels inside the window (fleetq's NCCL profiler plugin: GPU-side
 --                     times), newest :max_seqs seqs of each: comm_hash (fleetq's, when agentd
@@ -49,7 +52,9 @@
 --                     slice, counted in a later one). A bucket is a slice, or whole slices
 --                     where the process's slices span more than 128 (at most ~256 buckets a
 --                     process whatever --since: the row and the merge's cost stay bounded)
---             'now':  one row, ts_ns = this node's current time, host = meta 'host_id'
+--             'now':  one row, ts_ns = this node's current time, n = collectives in the
+--                     window whose communicator agentd could not place (seq NULL: made
+--                     before agentd started, and no plugin record adopted it), host = meta 'host_id'
 --                     (the kernel's boot id: nodes with the same one share a clock), op =
 --                     meta 'cpu_work' (which threads cpu_ns counts; NULL: an agent from
 --                     before the key, which counted every thread, NCCL's too)
@@ -252,7 +257,14 @@ GROUP BY k.nccl_comm, k.op, k.rank, k.pid, k.seq / 65536
 UNION ALL
 SELECT 'last', comm_hash, rank, nranks, pid, tid, seq, op, NULL, ts_ns, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL
-FROM last
+FROM last l
+-- (not a rank's newest from before this agentd started where its process has called
+-- collectives since on a communicator made before agentd: agentd restarted and renamed the
+-- communicator, or cannot place its calls, so the old name's newest is no stop)
+WHERE l.ts_ns >= coalesce((SELECT value FROM meta WHERE key = 'agent_start_ns'), 0)
+   OR NOT EXISTS (SELECT 1 FROM comms m
+		  WHERE m.pid = l.pid AND m.fn = 'init-unseen'
+		    AND m.ts_ns >= (SELECT value FROM meta WHERE key = 'agent_start_ns'))
 UNION ALL
 SELECT 'p2p', comm_hash, rank, nranks, pid, NULL, NULL, NULL, NULL, ts_ns, n, w, peers, NULL,
        NULL, NULL, NULL, NULL
@@ -276,6 +288,13 @@ FROM (SELECT pid, device, min(ts_ns) AS t0, max(ts_ns + dur_ns) - min(ts_ns) AS 
 GROUP BY pid, device
 UNION ALL
 SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL,
-       (SELECT value FROM meta WHERE key = 'cpu_work'), NULL, now_ns, NULL, NULL, NULL, NULL,
-       NULL, NULL, (SELECT value FROM meta WHERE key = 'host_id'), NULL
+       (SELECT value FROM meta WHERE key = 'cpu_work'), NULL, now_ns,
+       -- collectives in the window that agentd could not place (seq NULL: a communicator
+       -- made before it, and no plugin record to adopt it by), at most a million looked at
+       (SELECT count(*) FROM (SELECT 1 FROM collectives c
+			      WHERE c.ts_ns >= prm.since_ns AND c.seq IS NULL
+				AND c.op NOT IN ('Send', 'Recv')
+				AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM jobproc))
+			      LIMIT 1000000)),
+       NULL, NULL, NULL, NULL, NULL, (SELECT value FROM meta WHERE key = 'host_id'), NULL
 FROM prm
