@@ -272,6 +272,16 @@ PY
 		export OVL_BIN=$bin OVL_OUT=$out OVL_N=$n OVL_CG=$cg OVL_ACTS=$acts
 		export FQ_ANALYZE='
 			hosts=$(cat "$OVL_OUT/ovl-hosts" 2>/dev/null)
+			ovl_stop() { # the agents: SIGTERM, then up to 10 s each to be gone
+				for p in $(cat "$OVL_OUT/ovl-pids"); do kill -TERM "$p"; done
+				for p in $(cat "$OVL_OUT/ovl-pids"); do
+					for _ in $(seq 100); do
+						[ -e /proc/$p ] && ! grep -q "^[0-9]* (.*) Z" /proc/$p/stat || break
+						sleep 0.1
+					done
+				done
+				: >"$OVL_OUT/ovl-pids"
+			}
 			for act in $(awk -v p="$FQ_PHASE" "\$1 == p { print \$2 }" "$OVL_ACTS"); do
 			case $act in
 			judge)
@@ -280,16 +290,7 @@ PY
 				printf "%s\t%s\t%s\t%s\n" "$FQ_PHASE" "$FQ_TARGET" "$?" \
 					"$(head -n 1 "$OVL_OUT/p/$FQ_PHASE.txt")" >>"$OVL_OUT/ovhlive-judged.tsv" ;;
 			restart | start)
-				if [ $act = restart ]; then
-					for p in $(cat "$OVL_OUT/ovl-pids"); do kill -TERM "$p"; done
-					for p in $(cat "$OVL_OUT/ovl-pids"); do
-						for _ in $(seq 100); do
-							[ -e /proc/$p ] && ! grep -q "^[0-9]* (.*) Z" /proc/$p/stat || break
-							sleep 0.1
-						done
-					done
-					: >"$OVL_OUT/ovl-pids"
-				fi
+				[ $act = restart ] && ovl_stop
 				hosts=
 				for i in $(seq 0 $((OVL_N - 1))); do
 					[ $act = restart ] || rm -f /tmp/fq-ovl$i.db*
@@ -315,14 +316,7 @@ PY
 					count(seq) AS placed, (SELECT count(*) FROM nccl_kernels) AS kernels,
 					(SELECT group_concat(fn) FROM comms) AS comms FROM collectives" \
 					--format tsv >>"$OVL_OUT/ovhlive-counts.tsv" 2>&1
-				for p in $(cat "$OVL_OUT/ovl-pids"); do kill -TERM "$p"; done
-				for p in $(cat "$OVL_OUT/ovl-pids"); do
-					for _ in $(seq 100); do
-						[ -e /proc/$p ] && ! grep -q "^[0-9]* (.*) Z" /proc/$p/stat || break
-						sleep 0.1
-					done
-				done
-				: >"$OVL_OUT/ovl-pids"
+				ovl_stop
 				rm -f "$OVL_OUT/ovl-hosts"
 				for i in $(seq 0 $((OVL_N - 1))); do
 					cp /tmp/fq-ovl$i.db "$OVL_OUT/ovl-$FQ_PHASE-$i.db" 2>/dev/null

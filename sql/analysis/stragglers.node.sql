@@ -290,11 +290,10 @@ UNION ALL
 SELECT 'now', NULL, NULL, NULL, NULL, NULL, NULL,
        (SELECT value FROM meta WHERE key = 'cpu_work'), NULL, now_ns,
        -- collectives in the window that agentd could not place (seq NULL: a communicator
-       -- made before it, and no plugin record to adopt it by), at most a million looked at
-       (SELECT count(*) FROM (SELECT 1 FROM collectives c
-			      WHERE c.ts_ns >= prm.since_ns AND c.seq IS NULL
-				AND c.op NOT IN ('Send', 'Recv')
-				AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM jobproc))
-			      LIMIT 1000000)),
+       -- made before it, and no plugin record to adopt it by), among its newest million
+       (SELECT count(*) FROM (SELECT c.seq, c.op, c.pid FROM collectives c
+			      WHERE c.ts_ns >= prm.since_ns ORDER BY c.ts_ns DESC LIMIT 1000000) c
+	WHERE c.seq IS NULL AND c.op NOT IN ('Send', 'Recv')
+	  AND (prm.job IS NULL OR c.pid IN (SELECT pid FROM jobproc))),
        NULL, NULL, NULL, NULL, NULL, (SELECT value FROM meta WHERE key = 'host_id'), NULL
 FROM prm
