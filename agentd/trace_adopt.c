@@ -148,7 +148,7 @@ struct comm_ent *adopt_try(struct tracer *t, uint32_t pid, const struct fq_prof_
 	    p->rank >= p->nranks)
 		return NULL;
 	for (struct adopt *a = t->adopting; a; a = a->next) {
-		if (a->ce->pid != pid)
+		if (a->ce->pid != pid || a->ce->seq >= 0)
 			continue;
 		for (int i = 0; i < RECENT && i < a->seen; i++) {
 			const struct adopt_call *c = &a->recent[i];

@@ -117,6 +117,7 @@ static void on_comm(struct tracer *t, const struct fq_ev_comm *e)
 		ce->nccl_hash = nh;
 		ce->nccl_splits = 0;
 		ce->last_proc_cpu = 0;
+		adopt_forget(t, ce); /* (its pointer was a communicator agentd did not see made) */
 	}
 	store_put(t->store, &r);
 	/* NCCL loaded its profiler plugin during this init: look for it in the maps now */
