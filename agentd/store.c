@@ -604,6 +604,7 @@ struct store *store_open(const struct store_opts *o, char **cause)
 	err = store_setup_db(s, o, cause);
 	if (err)
 		goto fail;
+	store_read_names(s);
 	ckpt_start(s, o->path);
 	roll_note(s);
 	s->next_roll_ns = clock_ns(CLOCK_MONOTONIC) + 1000000000LL;
@@ -741,6 +742,7 @@ void store_close(struct store *s)
 	}
 	meta_free(s->meta);
 	roll_free(s);
+	free(s->names);
 	free(s->ring);
 	free(s->path);
 	pthread_cond_destroy(&s->wake);

@@ -27,7 +27,8 @@ target_link_libraries(agentd_store PUBLIC fq_sql PkgConfig::SQLITE3 Threads::Thr
 
 # Tests live in tests/agentd/store/ but are registered here, next to the library.
 set(store_test_dir ${FLEETQ_STORE_ROOT}/tests/agentd/store)
-foreach(t store ib store_diskfull syncwait store_userfile store_schema store_rows)
+foreach(t store ib store_diskfull syncwait store_userfile store_schema store_rows
+      store_names)
   add_executable(test_agentd_${t} ${store_test_dir}/test_${t}.c)
   target_link_libraries(test_agentd_${t} PRIVATE agentd_store)
   add_test(NAME agentd_${t} COMMAND test_agentd_${t})

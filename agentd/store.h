@@ -49,6 +49,15 @@ int store_flush(struct store *s);
  * for it: deletes what retain_age_s / retain_bytes say must go. 0 or -errno.
  */
 int store_retain_now(struct store *s);
+/*
+ * The name (comms.comm_hash) an earlier agentd on this trace file gave process pid's
+ * communicator that NCCL hashes nccl_hash: 1 with name set (16 hex digits), or 0. agentd
+ * restarted while the job ran places that communicator by NCCL's hash (trace_adopt.c) and
+ * keeps the name its rows had before. Read from the file when the store opened (its newest
+ * STORE_NAMES comms rows that carry both hashes); thread-safe.
+ */
+#define STORE_NAMES 4096
+int store_comm_name(const struct store *s, uint32_t pid, uint64_t nccl_hash, char name[17]);
 /* Flushes, stops the writer, closes. NULL is fine. */
 void store_close(struct store *s);
 

@@ -81,6 +81,13 @@ struct rec_table {
 	bool ts_key; /* col[0] is ts_ns, the INTEGER PRIMARY KEY: a taken one is moved on */
 };
 
+/* an earlier agent's name for a communicator (store_comm_name) */
+struct comm_name {
+	uint64_t nccl_hash;
+	uint32_t pid;
+	char name[17];
+};
+
 struct meta_kv {
 	struct meta_kv *next;
 	bool is_text;
@@ -112,6 +119,8 @@ struct store {
 	int64_t retain_bytes, retain_age_s;
 	char *path;
 	struct store_opts opts; /* as opened: store_roll.c opens the path again with them */
+	struct comm_name *names; /* read when the store opened, sorted; then read-only */
+	int nnames;
 
 	sqlite3 *db;
 	sqlite3_stmt *st[ST_MAX];
@@ -186,6 +195,8 @@ sqlite3_stmt *bind_rec(struct store *s, const struct rec *r);
 
 /* store_setup.c: opens the file and prepares the statements; 0 or -errno with *cause */
 int store_setup_db(struct store *s, const struct store_opts *o, char **cause);
+/* store_setup.c: s->names from the file's comms rows (before the writer starts) */
+void store_read_names(struct store *s);
 
 /*
  * store_schema.c: the columns of tabs (rec_tables, or a test's) against PRAGMA table_info

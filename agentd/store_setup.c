@@ -208,3 +208,111 @@ int store_setup_db(struct store *s, const struct store_opts *o, char **cause)
 	meta_put_int(s, "store_queue_rows", (int64_t)s->mask + 1);
 	return exec_sql(s->db, "COMMIT", cause, o->path);
 }
+
+/* ---- an earlier agent's communicator names (store_comm_name) ---- */
+
+_Static_assert(STORE_NAMES == 4096, "store_read_names' LIMIT");
+
+/* column col of st: TEXT of 16 lower-case hex digits, its value in *v; else -1 */
+static int hex16(sqlite3_stmt *st, int col, uint64_t *v)
+{
+	const unsigned char *t;
+	uint64_t x = 0;
+
+	if (sqlite3_column_type(st, col) != SQLITE_TEXT || sqlite3_column_bytes(st, col) != 16 ||
+	    !(t = sqlite3_column_text(st, col)))
+		return -1;
+	for (int i = 0; i < 16; i++) {
+		int c = t[i], d = c >= '0' && c <= '9' ? c - '0'
+				: c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+
+		if (d < 0)
+			return -1;
+		x = x << 4 | (uint64_t)d;
+	}
+	*v = x;
+	return 0;
+}
+
+struct name_row {
+	struct comm_name n;
+	int order; /* 0: the newest row */
+};
+
+static int name_cmp(const void *a, const void *b)
+{
+	const struct name_row *x = a, *y = b;
+
+	if (x->n.pid != y->n.pid)
+		return x->n.pid < y->n.pid ? -1 : 1;
+	if (x->n.nccl_hash != y->n.nccl_hash)
+		return x->n.nccl_hash < y->n.nccl_hash ? -1 : 1;
+	return x->order - y->order;
+}
+
+/*
+ * The communicators an earlier agent named in this file whose NCCL hash it knew (its init
+ * seen, or an adoption that kept an older name): (pid, NCCL hash) -> comm_hash, the newest
+ * row of each. Bounded (STORE_NAMES rows); a row that is not 16 hex digits is skipped.
+ * Nothing found, or a failure: no names, and adoption names by NCCL's hash.
+ */
+void store_read_names(struct store *s)
+{
+	static const char sql[] =
+		"SELECT pid, nccl_hash, comm_hash FROM comms WHERE nccl_hash IS NOT NULL "
+		"AND comm_hash IS NOT NULL AND comm_hash <> nccl_hash AND pid BETWEEN 1 AND "
+		"4294967295 ORDER BY ts_ns DESC LIMIT 4096";
+	struct name_row *rows = NULL;
+	sqlite3_stmt *st = NULL;
+	int n = 0, k = 0;
+
+	if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
+		goto out;
+	rows = calloc(STORE_NAMES, sizeof(*rows));
+	if (!rows)
+		goto out;
+	while (n < STORE_NAMES && sqlite3_step(st) == SQLITE_ROW) {
+		struct name_row *r = &rows[n];
+		uint64_t unused;
+
+		if (hex16(st, 1, &r->n.nccl_hash) || hex16(st, 2, &unused))
+			continue;
+		r->n.pid = (uint32_t)sqlite3_column_int64(st, 0);
+		memcpy(r->n.name, sqlite3_column_text(st, 2), 17);
+		r->order = n++;
+	}
+	if (!n)
+		goto out;
+	qsort(rows, n, sizeof(*rows), name_cmp);
+	s->names = calloc(n, sizeof(*s->names));
+	if (!s->names)
+		goto out;
+	for (int i = 0; i < n; i++)
+		if (!k || rows[i].n.pid != s->names[k - 1].pid ||
+		    rows[i].n.nccl_hash != s->names[k - 1].nccl_hash)
+			s->names[k++] = rows[i].n;
+	s->nnames = k;
+out:
+	free(rows);
+	sqlite3_finalize(st);
+}
+
+int store_comm_name(const struct store *s, uint32_t pid, uint64_t nccl_hash, char name[17])
+{
+	int lo = 0, hi = s ? s->nnames : 0;
+
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2;
+		const struct comm_name *c = &s->names[mid];
+
+		if (c->pid < pid || (c->pid == pid && c->nccl_hash < nccl_hash)) {
+			lo = mid + 1;
+		} else if (c->pid == pid && c->nccl_hash == nccl_hash) {
+			memcpy(name, c->name, 17);
+			return 1;
+		} else {
+			hi = mid;
+		}
+	}
+	return 0;
+}

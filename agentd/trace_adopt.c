@@ -12,9 +12,11 @@
  * right after the kernel's launch; a grouped call's starts at ncclGroupEnd and matches
  * nothing here, nor does a CUDA graph's). Two such matches in a row that agree on the
  * offset, each the only candidate call in the process, adopt the communicator: its next
- * calls get seq, rank and nranks as if agentd had seen the init, and it is named by NCCL's
- * hash (fleetq's needs the init's unique id), as its kernels are. The calls before the
- * second match stay unplaced. Without the plugin nothing is adopted.
+ * calls get seq, rank and nranks as if agentd had seen the init. It keeps the name an
+ * earlier agent gave it in the same trace file (agentd restarted: store_comm_name, by pid and
+ * NCCL's hash), so a window across the restart sees one communicator; else it is named by
+ * NCCL's hash (fleetq's needs the init's unique id). The calls before the second match stay
+ * unplaced. Without the plugin nothing is adopted.
  *
  * Where the counts differ agentd would number wrong: an ncclAllReduce with count 0 (NCCL
  * makes no task of it) or NCCL 2.28's ncclAlltoAll, ncclGather and ncclScatter (Send/Recv
@@ -105,16 +107,25 @@ static void adopt(struct tracer *t, struct adopt *a, const struct fq_prof_rec *p
 	struct rec_comm *c = &r.u.comm;
 	const struct adopt_call *last = &a->recent[(a->seen - 1) % RECENT];
 
+	char nccl[17];
+	int kept;
+
 	ce->rank = p->rank;
 	ce->nranks = p->nranks;
 	ce->nccl_hash = p->nccl_comm;
-	ce->hash_v = p->nccl_comm;
-	snprintf(ce->hash, sizeof(ce->hash), "%016" PRIx64, p->nccl_comm);
+	snprintf(nccl, sizeof(nccl), "%016" PRIx64, p->nccl_comm);
+	/* the name an earlier agent gave it in this file (agentd restarted while the job ran),
+	 * so a window across the restart sees one communicator; else NCCL's hash */
+	kept = store_comm_name(t->store, ce->pid, p->nccl_comm, ce->hash);
+	if (!kept)
+		memcpy(ce->hash, nccl, sizeof(ce->hash));
+	ce->hash_v = kept ? strtoull(ce->hash, NULL, 16) : p->nccl_comm;
 	ce->seq = a->base + a->seen;
 	ce->p2p_seq = 0;
 	tlog("communicator %#" PRIx64 " of pid %u was created before agentd saw it: rank %d of "
-	     "%d, NCCL's hash %s, placed from seq %" PRId64 " on by fleetq's NCCL profiler plugin",
-	     ce->ptr, ce->pid, p->rank, p->nranks, ce->hash, ce->seq);
+	     "%d, NCCL's hash %s, placed from seq %" PRId64 " on by fleetq's NCCL profiler plugin%s%s",
+	     ce->ptr, ce->pid, p->rank, p->nranks, nccl, ce->seq,
+	     kept ? "; named as before, " : "", kept ? ce->hash : "");
 	/* a comms row as an init's, its function 'adopted', at its newest call */
 	*c = (struct rec_comm){
 		.ts_ns = last->ts,
@@ -128,7 +139,7 @@ static void adopt(struct tracer *t, struct adopt *a, const struct fq_prof_rec *p
 		.ret = 0,
 	};
 	memcpy(c->comm_hash, ce->hash, sizeof(c->comm_hash));
-	memcpy(c->nccl_hash, ce->hash, sizeof(c->nccl_hash));
+	memcpy(c->nccl_hash, nccl, sizeof(c->nccl_hash));
 	store_put(t->store, &r);
 	adopt_forget(t, ce);
 }

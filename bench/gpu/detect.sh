@@ -252,13 +252,16 @@ PY
 		fqa=$FQ_ANALYZE
 		# (OVL_FAULTS, e.g. stall:20,gpu:20: the traced blocks' first phases plant these in
 		# turn instead, to see the agents that came in mid-job name them; no cost measured)
-		nb=${OVL_BLOCKS:-8} ph= acts=$out/ovhlive-acts
+		# (OVL_FROM_START=1: on on off off ..., the agents of the first block started before
+		# the job, so they see its communicator made and the restart after it must keep its
+		# name; its first pair of blocks measures no cost)
+		nb=${OVL_BLOCKS:-8} ph= acts=$out/ovhlive-acts sh=${OVL_FROM_START:-0}
 		IFS=, read -ra ovf <<<"${OVL_FAULTS:-}"
 		nf=0
 		: >"$acts"
 		for b in $(seq 1 "$nb"); do
-			case $(((b - 1) % 4)) in 0 | 3) m=off ;; *) m=on ;; esac
-			case $(((b) % 4)) in 0 | 3) nm=off ;; *) nm=on ;; esac
+			case $(((b - 1 + sh) % 4)) in 0 | 3) m=off ;; *) m=on ;; esac
+			case $(((b + sh) % 4)) in 0 | 3) nm=off ;; *) nm=on ;; esac
 			k=clean
 			[ $m = on ] && [ $nf -lt ${#ovf[@]} ] && k=${ovf[$nf]} && nf=$((nf + 1))
 			ph=$ph${ph:+,}${m}${b}a=$k,${m}${b}b=clean/s20
@@ -289,7 +292,7 @@ PY
 					--max-seqs 0 >"$OVL_OUT/p/$FQ_PHASE.txt" 2>&1
 				printf "%s\t%s\t%s\t%s\n" "$FQ_PHASE" "$FQ_TARGET" "$?" \
 					"$(head -n 1 "$OVL_OUT/p/$FQ_PHASE.txt")" >>"$OVL_OUT/ovhlive-judged.tsv" ;;
-			restart | start)
+			restart | start | prestart)
 				[ $act = restart ] && ovl_stop
 				hosts=
 				for i in $(seq 0 $((OVL_N - 1))); do
@@ -303,8 +306,9 @@ PY
 				done
 				for i in $(seq 0 $((OVL_N - 1))); do
 					for _ in $(seq 300); do
-						grep -q "functions in .*libfleetq-nccl-profiler" "$OVL_OUT/ovl-agent$i.log" \
-							2>/dev/null && [ -s /tmp/fq-ovl$i.port ] && break
+						{ [ $act = prestart ] || grep -q "functions in .*libfleetq-nccl-profiler" \
+							"$OVL_OUT/ovl-agent$i.log" 2>/dev/null; } &&
+							[ -s /tmp/fq-ovl$i.port ] && break
 						sleep 0.1
 					done
 					hosts=$hosts${hosts:+,}127.0.0.1:$(cat /tmp/fq-ovl$i.port)
@@ -325,6 +329,8 @@ PY
 			esac
 			done'
 		: >"$out/ovl-pids"
+		# (the first block's agents, before the job: the hook's start, with no plugin to wait for)
+		[ "$sh" = 1 ] && echo "pre prestart" >>"$acts" && FQ_PHASE=pre bash -c "$FQ_ANALYZE"
 		timeout "${JOB_TIMEOUT:-540}" "$py" -m torch.distributed.run --standalone \
 			--nproc_per_node="$n" "$here/train.py" --shape ddp ${OVH_ARGS:-} --cgroup-parent "$cg" \
 			--steps 300 ${PHASE_SECONDS:+--phase-seconds "$PHASE_SECONDS"} --phases "$ph" \
@@ -356,6 +362,8 @@ for sync in (1, 20):
             (sum(on) / len(on)) / (sum(off) / len(off))))
 pairs = [(names[i], names[i + 1]) for i in range(0, len(names) - 1, 2)]
 for a, b in pairs:
+    if a[:2] == b[:2]:
+        continue
     ta = sum(q["seconds"] for q in blk[a]) / sum(q["steps"] for q in blk[a])
     tb = sum(q["seconds"] for q in blk[b]) / sum(q["steps"] for q in blk[b])
     off, on = (ta, tb) if a.startswith("off") else (tb, ta)

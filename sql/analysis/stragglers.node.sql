@@ -68,7 +68,9 @@
 --                this collective call itself, dur_ns: a blocking implementation waits inside
 --                it); cpu_ns, the process's CPU work (on-CPU time of every thread but
 --                NCCL's own, outside synchronize and collective calls; 'now' row's op says
---                which threads) since its previous collective (null before trace schema 4)
+--                which threads) since its previous collective (null before trace schema 4,
+--                and for a process with a communicator made before agentd started, comms
+--                fn 'init-unseen': NCCL's threads started before agentd are not told apart)
 --   gap_list     'rank' rows: JSON array of the same collectives' gap_ns (enqueue to
 --                enqueue, clock-free), in no promised order
 --   nccl_comm    'kern' rows: NCCL's communicator hash (nccl_kernels.nccl_comm)
@@ -237,7 +239,11 @@ SELECT 'seq' AS kind, comm_hash, NULL AS rank, NULL AS nranks, NULL AS pid, NULL
 FROM win GROUP BY comm_hash, seq
 UNION ALL
 SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NULL, count(*),
-       json_group_object(seq, json_array(ts_ns, coalesce(sync_ns, 0) + dur_ns, cpu_ns)),
+       -- (no CPU work for a process agentd began tracing after its NCCL started: NCCL's
+       -- threads from before are counted as the job's, and they spin while it waits)
+       json_group_object(seq, json_array(ts_ns, coalesce(sync_ns, 0) + dur_ns,
+					 iif(pid IN (SELECT u.pid FROM comms u
+						     WHERE u.fn = 'init-unseen'), NULL, cpu_ns))),
        json_group_array(gap_ns), NULL, NULL, NULL, NULL,
        (SELECT p.rank FROM processes p WHERE p.pid = win.pid
 	  AND p.start_ns <= (SELECT min(win.ts_ns)) + 1000000000 ORDER BY p.start_ns DESC LIMIT 1)

@@ -9,10 +9,13 @@
 #      (comms fn 'adopted'), and fleetq judges all 8 ranks: exit 0;
 #   2. a job whose rank 6 sleeps a step more every step, the agents restarted in the middle
 #      of it on the same trace files: rank 6 named (exit 1) by the CPU side's signals too
-#      (late, wait), and no rank called hung;
-#   3. a clean job, the agents restarted in the middle of it: exit 0. Before, each rank's
-#      newest collective under the communicator's old name looked like a stop, one seq
-#      apart from node to node (the agents stopped at different times): exit 5, hung;
+#      (late, wait), no rank called hung, and no CPU work judged (NCCL's threads started
+#      before the agent are not told apart);
+#   3. a clean job, the agents restarted in the middle of it: exit 0, over one communicator
+#      (the restarted agents name it as their trace files' rows from before the restart
+#      do). Before, each rank's newest collective under the communicator's old name looked
+#      like a stop, one seq apart from node to node (the agents stopped at different times):
+#      exit 5, hung;
 #   4. a clean job without the plugin, the agents started 2 s into it: nothing to place its
 #      calls by, so no verdict (exit 3), and the line says why (not "no collectives").
 . "$(dirname "$0")/../e2e/lib.sh"
@@ -83,6 +86,10 @@ head -n 1 "$T/out" | grep -q "^straggler: rank 6 " || fail "want rank 6 first"
 grep -q "^hung:" "$T/out" && fail "a rank called hung across the restart"
 sed -n "/^straggler: rank 6 /,/^  signals/p" "$T/out" | grep "signals that name it:" |
 	grep -q "late\|wait" || fail "want the CPU side's signals on rank 6"
+# no CPU work judged for processes the agents met mid-job: NCCL's threads from before the
+# agent are not told apart from the job's (they spin while the rank waits)
+sed -n "/^straggler: rank 6 /,/^  cost/p" "$T/out" | grep -q "cpu  z=" &&
+	fail "CPU work judged for processes agentd began tracing mid-job"
 
 # 3. agents restarted in the middle of a clean job
 start_job clean2-$$
@@ -96,6 +103,10 @@ got=$(placed clean2-$$)
 fq -w "$HOSTS" stragglers --since 5m --job clean2-$$ --min-effect 6
 cat "$T/out"
 expect_rc 0 "clean job, agents restarted mid-job"
+# the restarted agents kept the communicator's name from before (their trace files' comms
+# rows), so the window across the restart holds one communicator, not two
+grep -q "^no straggler: 8 ranks in 1 communicator" "$T/out" ||
+	fail "want one communicator across the restart"
 
 # 4. agents that start after a job without the plugin
 live_agents_stop
