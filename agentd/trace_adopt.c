@@ -122,6 +122,9 @@ static void adopt(struct tracer *t, struct adopt *a, const struct fq_prof_rec *p
 	ce->hash_v = kept ? strtoull(ce->hash, NULL, 16) : p->nccl_comm;
 	ce->seq = a->base + a->seen;
 	ce->p2p_seq = 0;
+	ce->adopted = true;
+	ce->split_seq = -1;
+	ce->splits_at = 0;
 	tlog("communicator %#" PRIx64 " of pid %u was created before agentd saw it: rank %d of "
 	     "%d, NCCL's hash %s, placed from seq %" PRId64 " on by fleetq's NCCL profiler plugin%s%s",
 	     ce->ptr, ce->pid, p->rank, p->nranks, nccl, ce->seq,

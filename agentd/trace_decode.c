@@ -67,16 +67,38 @@ static void on_comm(struct tracer *t, const struct fq_ev_comm *e)
 		 */
 		struct comm_ent *p = comm_find(t, e->h.pid, e->parent, 0);
 
-		/* NCCL counts every split of the parent, a color-less one too */
-		if (p && p->nccl_hash)
+		/* NCCL counts every split of the parent, a color-less one too (of a parent
+		 * made before agentd, the splits before it are unknown: no hash) */
+		if (p && p->nccl_hash && !p->adopted)
 			nh = fq_nccl_hash_split(p->nccl_hash, ++p->nccl_splits, e->color);
 		if (p && p->hash[0]) {
-			uint32_t k = p->nsplits++;
 			int32_t color = e->color;
 
 			h = fnv1a(FNV_BASIS, &p->hash_v, sizeof(p->hash_v));
 			h = fnv1a(h, &color, sizeof(color));
-			h = fnv1a(h, &k, sizeof(k));
+			if (!p->adopted) {
+				uint32_t k = p->nsplits++;
+
+				h = fnv1a(h, &k, sizeof(k));
+			} else {
+				/*
+				 * An adopted parent's splits before agentd are unknown (it may
+				 * keep the name it had before a restart), and ranks adopt it at
+				 * different seqs: named by the seq it is split at, the same on
+				 * every rank, and the count of splits at that seq.
+				 */
+				int64_t at = p->seq;
+				uint32_t k;
+
+				if (p->split_seq != at) {
+					p->split_seq = at;
+					p->splits_at = 0;
+				}
+				k = p->splits_at++;
+				h = fnv1a(h, "adopted", 7);
+				h = fnv1a(h, &at, sizeof(at));
+				h = fnv1a(h, &k, sizeof(k));
+			}
 			have = 1;
 		}
 	} else if (e->kind == FQ_K_INIT_ALL) {
@@ -117,6 +139,7 @@ static void on_comm(struct tracer *t, const struct fq_ev_comm *e)
 		ce->nccl_hash = nh;
 		ce->nccl_splits = 0;
 		ce->last_proc_cpu = 0;
+		ce->adopted = false;
 		adopt_forget(t, ce); /* (its pointer was a communicator agentd did not see made) */
 	}
 	store_put(t->store, &r);

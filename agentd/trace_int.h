@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -65,6 +66,9 @@ struct comm_ent {
 	uint64_t nccl_hash; /* NCCL's hash of it (nccl_profiler.h), 0: unknown */
 	int32_t nccl_splits; /* ncclCommSplit calls on it so far: NCCL's splitCount */
 	uint64_t last_proc_cpu; /* process's CPU work at the last collective, 0: none */
+	bool adopted; /* placed from the plugin's records (trace_adopt.c), its init unseen */
+	int64_t split_seq;  /* adopted: the seq of its latest split, -1: none */
+	uint32_t splits_at; /* ... and its splits at that seq so far */
 	struct adopt *adopt; /* init not seen, not adopted yet: trace_adopt.c's state, else NULL */
 	struct comm_ent *next;
 };

@@ -254,7 +254,7 @@ PY
 		# turn instead, to see the agents that came in mid-job name them; no cost measured)
 		# (OVL_FROM_START=1: on on off off ..., the agents of the first block started before
 		# the job, so they see its communicator made and the restart after it must keep its
-		# name; its first pair of blocks measures no cost)
+		# name; the cost pairs are then on2 off3, off4 on5, ...)
 		nb=${OVL_BLOCKS:-8} ph= acts=$out/ovhlive-acts sh=${OVL_FROM_START:-0}
 		IFS=, read -ra ovf <<<"${OVL_FAULTS:-}"
 		nf=0
@@ -360,10 +360,15 @@ for sync in (1, 20):
         print("sync every %d: untraced %s, traced %s: traced/untraced %.4f (means)" % (
             sync, " ".join("%.2f" % x for x in off), " ".join("%.2f" % x for x in on),
             (sum(on) / len(on)) / (sum(off) / len(off))))
-pairs = [(names[i], names[i + 1]) for i in range(0, len(names) - 1, 2)]
+# (an off block and the on block beside it, in turn: on1 on2 off3 off4 on5 ... pairs
+# on2 with off3 and off4 with on5)
+pairs, i = [], 0
+while i < len(names) - 1:
+    if names[i][:2] != names[i + 1][:2]:
+        pairs.append((names[i], names[i + 1]))
+        i += 1
+    i += 1
 for a, b in pairs:
-    if a[:2] == b[:2]:
-        continue
     ta = sum(q["seconds"] for q in blk[a]) / sum(q["steps"] for q in blk[a])
     tb = sum(q["seconds"] for q in blk[b]) / sum(q["steps"] for q in blk[b])
     off, on = (ta, tb) if a.startswith("off") else (tb, ta)

@@ -132,6 +132,17 @@ win AS MATERIALIZED (
 	  AND c.seq > coalesce(u.seq, -1)
 	  AND c.ts_ns >= prm.since_ns
 ),
+-- the window's processes that agentd began tracing after their NCCL started (a communicator
+-- made before the agent: comms 'init-unseen', since the process's start): no CPU work sent
+-- for them, all of it (the merge sums a rank's over the seqs every rank has), as NCCL's
+-- threads from before the agent are counted as the job's, and they spin while it waits
+mj(pid) AS MATERIALIZED (
+	SELECT w.pid FROM (SELECT DISTINCT pid FROM win) w
+	WHERE EXISTS (SELECT 1 FROM comms u
+		      WHERE u.pid = w.pid AND u.fn = 'init-unseen'
+			AND u.ts_ns >= coalesce((SELECT max(p.start_ns) FROM processes p
+						 WHERE p.pid = w.pid), 0) - 1000000000)
+),
 -- GPU-side: the plugin's kernels in the time window (read as a range of the table's key),
 -- of the job and communicator asked for, then the newest :max_seqs seqs of each (NCCL
 -- communicator, op): NCCL numbers each op apart. Collectives only: a Send/Recv (schema
@@ -239,11 +250,8 @@ SELECT 'seq' AS kind, comm_hash, NULL AS rank, NULL AS nranks, NULL AS pid, NULL
 FROM win GROUP BY comm_hash, seq
 UNION ALL
 SELECT 'rank', comm_hash, rank, max(nranks), pid, NULL, max(seq), NULL, NULL, NULL, count(*),
-       -- (no CPU work for a process agentd began tracing after its NCCL started: NCCL's
-       -- threads from before are counted as the job's, and they spin while it waits)
        json_group_object(seq, json_array(ts_ns, coalesce(sync_ns, 0) + dur_ns,
-					 iif(pid IN (SELECT u.pid FROM comms u
-						     WHERE u.fn = 'init-unseen'), NULL, cpu_ns))),
+					 iif(pid IN mj, NULL, cpu_ns))),
        json_group_array(gap_ns), NULL, NULL, NULL, NULL,
        (SELECT p.rank FROM processes p WHERE p.pid = win.pid
 	  AND p.start_ns <= (SELECT min(win.ts_ns)) + 1000000000 ORDER BY p.start_ns DESC LIMIT 1)

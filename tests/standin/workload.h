@@ -75,6 +75,7 @@ struct opts {
 	bool slow_measured; /* --slow-of measured: P% of the rank's own measured step */
 	enum shape shape;
 	int buckets, layers, stages, micro, sync_every;
+	int split_every; /* ddp: a communicator split off and destroyed every K steps */
 	long launch_queue, xfer_us, data_us;
 	bool blocking;
 	const char *device;

@@ -23,7 +23,7 @@ static void usage(FILE *f)
 		"         [--slow-kind busy|stall|gpu] [--slow-of nominal|measured]\n"
 		"         [--launch-queue N] [--xfer-us US]\n"
 		"         [--device thread|inline] [--data-us US] [--count FLOATS]\n"
-		"         [--netns PREFIX]\n");
+		"         [--netns PREFIX] [--split-every K]\n");
 }
 
 int parse_long(const char *s, long lo, long hi, long *out)
@@ -58,6 +58,7 @@ int parse_opts(int argc, char **argv, struct opts *o)
 		{ "xfer-us", 1, NULL, 'x' },	  { "device", 1, NULL, 'D' },
 		{ "data-us", 1, NULL, 'L' },	  { "count", 1, NULL, 'N' },
 		{ "netns", 1, NULL, 'E' },	  { "slow-of", 1, NULL, 'O' },
+		{ "split-every", 1, NULL, 'Y' },
 		{ 0 },
 	};
 	int c;
@@ -203,6 +204,10 @@ int parse_opts(int argc, char **argv, struct opts *o)
 		case 'E':
 			o->netns = optarg;
 			break;
+		case 'Y':
+			err = parse_long(optarg, 1, INT_MAX, &v);
+			o->split_every = (int)v;
+			break;
 		case 'D':
 			if (strcmp(optarg, "thread") && strcmp(optarg, "inline"))
 				err = -EINVAL;
@@ -244,6 +249,10 @@ int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	if (o->shape == SHAPE_LOOP && o->data_us) {
 		fprintf(stderr, "fq-workload: --data-us applies to the shapes other than loop\n");
+		return -EINVAL;
+	}
+	if (o->split_every && o->shape != SHAPE_DDP) {
+		fprintf(stderr, "fq-workload: --split-every applies to --shape ddp only\n");
 		return -EINVAL;
 	}
 	if (o->shape != SHAPE_LOOP && (o->mixed || o->grouped)) {

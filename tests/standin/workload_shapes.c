@@ -196,6 +196,30 @@ static void *ddp_backward(void *arg)
 	return NULL;
 }
 
+/*
+ * --split-every: a communicator split off the job's (every rank, one color), an all-reduce on
+ * it, then destroyed, as a job that makes sub-groups while it runs does. Called between steps
+ * (the backward thread idle), on every rank after the same collective of the job's.
+ */
+static int split_once(struct worker *w, ncclComm_t comm, cudaStream_t st, void *sb, void *rb)
+{
+	struct wcomm c = { .c = NULL };
+	int err = 0;
+
+	snprintf(c.tag, sizeof(c.tag), "split");
+	if (ncclCommSplit(comm, 0, w->rank, &c.c, NULL)) {
+		fprintf(stderr, "fq-workload: rank %d: ncclCommSplit failed\n", w->rank);
+		return -EIO;
+	}
+	if (OPC(w, &c, "ncclAllReduce", COUNT,
+		ncclAllReduce(sb, rb, COUNT, ncclFloat32, ncclSum, c.c, st)))
+		err = -EIO;
+	else if (cudaStreamSynchronize(st))
+		err = -EIO;
+	ncclCommDestroy(c.c);
+	return err;
+}
+
 static int run_ddp(struct worker *w, ncclComm_t comm, cudaStream_t st, void *sb, void *rb)
 {
 	const struct opts *o = w->o;
@@ -233,6 +257,8 @@ static int run_ddp(struct worker *w, ncclComm_t comm, cudaStream_t st, void *sb,
 		pthread_mutex_unlock(&d.lock);
 		if (!err)
 			err = maybe_sync(w, st, step);
+		if (!err && o->split_every && (step + 1) % o->split_every == 0)
+			err = split_once(w, comm, st, sb, rb);
 		step_row(w, step, o->buckets, t0);
 	}
 	pthread_mutex_lock(&d.lock);

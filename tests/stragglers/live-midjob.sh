@@ -16,6 +16,8 @@
 #      do). Before, each rank's newest collective under the communicator's old name looked
 #      like a stop, one seq apart from node to node (the agents stopped at different times):
 #      exit 5, hung;
+#   3b. a job that splits a communicator off its own every 150 steps, the agents restarted
+#      mid-job: no two splits share a name, and every rank names a split alike;
 #   4. a clean job without the plugin, the agents started 2 s into it: nothing to place its
 #      calls by, so no verdict (exit 3), and the line says why (not "no collectives").
 . "$(dirname "$0")/../e2e/lib.sh"
@@ -107,6 +109,34 @@ expect_rc 0 "clean job, agents restarted mid-job"
 # rows), so the window across the restart holds one communicator, not two
 grep -q "^no straggler: 8 ranks in 1 communicator" "$T/out" ||
 	fail "want one communicator across the restart"
+
+# 3b. a job that splits a communicator off its own every 150 steps, the agents restarted in
+# the middle of it: the restarted agents name the splits of the communicator they adopted
+# (under its name from before) apart from the splits before the restart, and alike on every
+# rank (names from the split's seq, not from a count of splits that restarts at adoption)
+start_job split-$$ --split-every 150
+job_running
+live_agents_stop
+live_agents_start
+echo "agents restarted after ${SECONDS}s"
+end_job split-$$
+# per split name: how many rows (one a rank), and whether it came after the restart
+fq -w "$HOSTS" --format csv --merge \
+	"SELECT (SELECT count(*) FROM (SELECT 1 FROM results GROUP BY comm_hash HAVING count(*) > 8))
+		|| ',' || (SELECT count(*) FROM (SELECT 1 FROM results WHERE post GROUP BY comm_hash
+						 HAVING count(*) = 8))
+		|| ',' || (SELECT count(*) FROM (SELECT 1 FROM results WHERE NOT post
+						 GROUP BY comm_hash HAVING count(*) = 8)) FROM (SELECT 1)" \
+	"SELECT comm_hash, ts_ns > (SELECT value FROM meta WHERE key = 'agent_start_ns') AS post
+	 FROM comms WHERE fn = 'ncclCommSplit' AND comm_hash IS NOT NULL
+	   AND pid IN (SELECT pid FROM processes WHERE job_id = 'split-$$')"
+expect_rc 0 "split names"
+got=$(tail -n 1 "$T/out" | tr -d '"')
+echo "split names: shared by two splits, on all 8 ranks after the restart, before: $got"
+case $got in
+0,[1-9]*,[1-9]*) ;;
+*) fail "want no split name shared by two splits, and splits named alike on all 8 ranks before and after the restart: $got" ;;
+esac
 
 # 4. agents that start after a job without the plugin
 live_agents_stop

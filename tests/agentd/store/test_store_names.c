@@ -4,8 +4,8 @@
  * the store opens it again (agentd restarted while the job ran keeps its communicators'
  * names). Rows written by one store, the file opened by a second: the newest row of each
  * (pid, NCCL hash) wins; a row without both hashes, one whose two hashes are the same (an
- * adopted communicator named by NCCL's), one that is not 16 hex digits (the file is not
- * trusted) give no name; at most STORE_NAMES rows are read (the newest).
+ * adopted communicator named by NCCL's), one that is not 16 lower-case hex digits of TEXT
+ * (the file is not trusted) give no name; at most STORE_NAMES rows are read (the newest).
  */
 #include "store.h"
 #include "store_test.h"
@@ -85,19 +85,22 @@ int main(void)
 	exec_or_die(path, "INSERT INTO comms (ts_ns, pid, tid, comm_hash, nccl_hash) VALUES "
 			"(300, 13, 13, 'GGGGGGGGGGGGGGGG', '00000000000000dd'), "
 			"(301, 13, 13, '1234', '00000000000000ee'), "
-			"(302, 13, 13, '6666666666666666', 'not-a-hash-at-al'), "
+			"(302, 13, 13, '6666666666666666', '00000000000000AD'), "
+			"(305, 13, 13, 'ABCDEF0123456789', '00000000000000ac'), "
 			"(303, -1, 13, '7777777777777777', '00000000000000dd'), "
 			"(304, 13, 13, X'3838383838383838383838383838383800', '00000000000000ab')");
 	s = open_or_die(&o);
 	CHECK_STR(name(s, 10, 0xaa), "2222222222222222");
 	CHECK_STR(name(s, 11, 0xaa), "3333333333333333");
 	CHECK_STR(name(s, 10, 0xffffffffffffffffULL), "4444444444444444");
-	CHECK_STR(name(s, 12, 0xaa), "-");
+	CHECK_STR(name(s, 12, 0), "-"); /* an empty NCCL hash is no hash 0 */
 	CHECK_STR(name(s, 10, 0xbb), "-");
 	CHECK_STR(name(s, 12, 0xcc), "-");
 	CHECK_STR(name(s, 13, 0xdd), "-");
 	CHECK_STR(name(s, 13, 0xee), "-");
 	CHECK_STR(name(s, 13, 0xab), "-");
+	CHECK_STR(name(s, 13, 0xac), "-"); /* upper-case hex */
+	CHECK_STR(name(s, 13, 0xad), "-");
 	CHECK_STR(name(s, 0xffffffffu, 0xdd), "-");
 	store_close(s);
 
