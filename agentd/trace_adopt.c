@@ -106,7 +106,6 @@ static void adopt(struct tracer *t, struct adopt *a, const struct fq_prof_rec *p
 	struct rec r = { .kind = REC_COMM };
 	struct rec_comm *c = &r.u.comm;
 	const struct adopt_call *last = &a->recent[(a->seen - 1) % RECENT];
-
 	char nccl[17];
 	int kept;
 
