@@ -16,7 +16,7 @@
 #      do). Before, each rank's newest collective under the communicator's old name looked
 #      like a stop, one seq apart from node to node (the agents stopped at different times):
 #      exit 5, hung;
-#   3b. a job that splits a communicator off its own every 150 steps, the agents restarted
+#   3b. a job that splits a communicator off its own every 100 steps, the agents restarted
 #      mid-job: no two splits share a name, and every rank names a split alike;
 #   4. a clean job without the plugin, the agents started 2 s into it: nothing to place its
 #      calls by, so no verdict (exit 3), and the line says why (not "no collectives").
@@ -110,12 +110,20 @@ expect_rc 0 "clean job, agents restarted mid-job"
 grep -q "^no straggler: 8 ranks in 1 communicator" "$T/out" ||
 	fail "want one communicator across the restart"
 
-# 3b. a job that splits a communicator off its own every 150 steps, the agents restarted in
+# 3b. a job that splits a communicator off its own every 100 steps, the agents restarted in
 # the middle of it: the restarted agents name the splits of the communicator they adopted
 # (under its name from before) apart from the splits before the restart, and alike on every
 # rank (names from the split's seq, not from a count of splits that restarts at adoption)
-start_job split-$$ --split-every 150
+start_job split-$$ --split-every 100
 job_running
+# (the restart after the first split of every rank is traced, however slow the box)
+for _ in $(seq 100); do
+	fq -w "$HOSTS" --format csv --merge "SELECT sum(n) FROM results" \
+		"SELECT count(*) AS n FROM comms WHERE fn = 'ncclCommSplit' AND comm_hash IS NOT NULL
+		   AND pid IN (SELECT pid FROM processes WHERE job_id = 'split-$$')"
+	[ "$(tail -n 1 "$T/out" | tr -d '"')" -ge 8 ] 2>/dev/null && break
+	sleep 0.1
+done
 live_agents_stop
 live_agents_start
 echo "agents restarted after ${SECONDS}s"
